@@ -1,0 +1,17 @@
+"""iglu_np: activation functions as fast, accurate numpy ufuncs (Numba), built around IGLU.
+
+Every activation ``iglu_np.<name>`` is generated from its declarative spec in
+``iglu_np/activations``: call it for the forward value; ``.dx``, ``.dparams``,
+``.backward`` and ``.backward_params`` give the derivatives, ``.ufunc`` the raw ufunc.
+``iglu_np.ACTIVATIONS`` maps every name to its activation object.
+"""
+from types import MappingProxyType as _MappingProxy
+
+from ._api import Activation, _acts, get
+
+__version__ = "0.1.0"
+
+ACTIVATIONS = _MappingProxy(_acts())
+globals().update(ACTIVATIONS)
+
+__all__ = ["ACTIVATIONS", "Activation", "get", "__version__", *ACTIVATIONS]

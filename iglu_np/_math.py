@@ -1,0 +1,111 @@
+"""Scalar math helpers shared by the activation kernels.
+
+Plain Python, compiled by every backend (Numba CPU, Numba CUDA) after the backend
+rebinds the names. Rules for code here and in the activation kernels:
+
+* ``T = type(x)`` and ``T(constant)``: float32 inputs compute in float32.
+* only ``math`` functions and other ``@kernel`` helpers imported by name.
+* a comment says why a form is used (stability), not what it does.
+
+Double-word ("dw") arithmetic: a value ``hi + lo`` with ``|lo| <= ulp(hi)/2``. It is used
+where the *argument* of a steep function (exp, erfc) must be carried beyond working
+precision: ``exp(y)`` has condition number ``|y|``, so rounding ``y = beta*x`` alone costs
+``|y|/2`` ulp in the result.
+"""
+from __future__ import annotations
+
+import math
+
+from ._spec import kernel
+
+__all__ = [
+    "is_f32",
+    "split",
+    "two_prod",
+    "mul_dw",
+    "exp_dw",
+    "sigmoid",
+    "log1p_exp",
+    "horner",
+    "BIG",
+]
+
+# Beyond this magnitude the Veltkamp split would overflow; dw corrections are dropped
+# there (they only matter for arguments of exp/erfc that are far smaller).
+BIG = 1e30
+
+
+@kernel
+def is_f32(x):
+    # Constant-folded by LLVM: 2**24 + 1 is not representable in float32.
+    T = type(x)
+    return T(16777217.0) == T(16777216.0)
+
+
+@kernel
+def split(a):
+    """Veltkamp split ``a = hi + lo`` with half-width ``hi`` (exact, no FMA needed)."""
+    T = type(a)
+    if is_f32(a):
+        c = T(4097.0)
+    else:
+        c = T(134217729.0)
+    t = c * a
+    hi = t - (t - a)
+    return hi, a - hi
+
+
+@kernel
+def two_prod(a, b):
+    """``a*b = p + e`` exactly (Dekker). ``e`` is 0 where the split could overflow."""
+    T = type(a)
+    p = a * b
+    ah, al = split(a)
+    bh, bl = split(b)
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if not (abs(a) < T(BIG) and abs(b) < T(BIG)) or not (abs(p) < T(BIG)):
+        e = T(0.0)
+    return p, e
+
+
+@kernel
+def mul_dw(x, c_hi, c_lo):
+    """``x * (c_hi + c_lo)`` as a dw pair, for an exact x and a dw constant."""
+    p, e = two_prod(x, c_hi)
+    return p, e + x * c_lo
+
+
+@kernel
+def exp_dw(hi, lo):
+    """``exp(hi + lo)`` for a dw argument (|lo| tiny, so exp(lo) = 1 + lo)."""
+    e = math.exp(hi)
+    return e + e * lo
+
+
+@kernel
+def sigmoid(x):
+    """Logistic function, accurate in both tails (no 1 - small cancellation)."""
+    T = type(x)
+    e = math.exp(-abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    if x < T(0.0):
+        return e * r
+    return r
+
+
+@kernel
+def log1p_exp(x):
+    """``log(1 + exp(x))`` without overflow for large x or loss for x << 0."""
+    T = type(x)
+    return max(x, T(0.0)) + math.log1p(math.exp(-abs(x)))
+
+
+@kernel
+def horner(v, coeffs):
+    """``sum(coeffs[k] * v**k)``; coefficients in ascending order, cast to v's type."""
+    T = type(v)
+    n = len(coeffs)
+    r = T(coeffs[n - 1])
+    for k in range(n - 2, -1, -1):
+        r = r * v + T(coeffs[k])
+    return r

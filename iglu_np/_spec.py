@@ -1,0 +1,223 @@
+"""Declarative activation specs: the single source of truth.
+
+An activation is declared once, in a small module under ``iglu_np/activations``, with
+:func:`define`. The declaration holds
+
+* scalar kernels written in plain Python (``f``, ``dx`` and one per parameter) that the
+  backends compile: Numba ufuncs on the CPU, Numba CUDA device functions on the GPU.
+  They use ``math`` and the helpers of :mod:`iglu_np._math` imported *by name*, and the
+  ``T = type(x)`` idiom so float32 arithmetic stays float32;
+* the parameters with defaults, domains and test values;
+* mpmath references for the value and every derivative (used only by the tests);
+* the formula and notes from which the public docstrings are generated.
+
+Specs never import a backend; backends import specs. Nothing here imports numba or mpmath.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping, Sequence
+
+__all__ = ["Param", "ActivationSpec", "define", "kernel", "REGISTRY", "is_kernel"]
+
+# Every plain-Python function that backends must compile (spec kernels and their helpers).
+_KERNELS: set = set()
+
+
+def kernel(fn):
+    """Mark a plain-Python scalar function as compilable by every backend.
+
+    Kernels may call other kernels, ``math`` functions and nothing else; they must be
+    imported into the calling module by name (``from iglu_np._math import log1p_exp``),
+    because backends rebind those global names to their compiled versions.
+    """
+    _KERNELS.add(fn)
+    return fn
+
+
+def is_kernel(obj) -> bool:
+    return obj in _KERNELS
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar (or broadcast array) parameter of an activation.
+
+    ``lo``/``hi`` bound the domain; ``lo_open``/``hi_open`` make the bound strict.
+    ``test_values`` are the values the accuracy tests sweep besides the default (domain
+    edges, the paper's grid, a few random values).
+    """
+
+    name: str
+    default: float
+    doc: str = ""
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    symbol: str = ""
+    test_values: tuple = ()
+
+    @property
+    def latex(self) -> str:
+        return self.symbol or self.name
+
+    @property
+    def domain(self) -> str:
+        """Human-readable domain, e.g. ``sigma > 0`` or ``0 <= alpha <= 1``."""
+        n = self.name
+        lo_fin, hi_fin = math.isfinite(self.lo), math.isfinite(self.hi)
+        lo_op = "<" if self.lo_open else "<="
+        hi_op = "<" if self.hi_open else "<="
+        if lo_fin and hi_fin:
+            return f"{_fmt(self.lo)} {lo_op} {n} {hi_op} {_fmt(self.hi)}"
+        if lo_fin:
+            return f"{n} {'>' if self.lo_open else '>='} {_fmt(self.lo)}"
+        if hi_fin:
+            return f"{n} {hi_op} {_fmt(self.hi)}"
+        return f"{n} finite"
+
+    def contains(self, v: float) -> bool:
+        """Scalar domain check; NaN and (unless the bound allows it) inf are outside."""
+        if not (v == v) or math.isinf(v):
+            return False
+        if v < self.lo or (self.lo_open and v == self.lo):
+            return False
+        if v > self.hi or (self.hi_open and v == self.hi):
+            return False
+        return True
+
+
+def _fmt(v: float) -> str:
+    return repr(int(v)) if float(v).is_integer() else repr(v)
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    name: str
+    summary: str
+    formula: str
+    params: tuple
+    f: Callable
+    dx: Callable
+    dparams: Mapping
+    ref: Callable
+    ref_dx: Callable
+    ref_dparams: Mapping
+    module: str
+    notes: str = ""
+    derivative_formula: str = ""
+    check: Callable | None = None
+    scales: Mapping = field(default_factory=dict)
+    special_points: tuple = ()
+    references: tuple = ()
+    x_range: tuple = (-1e6, 1e6)
+    tolerances: Mapping = field(default_factory=dict)
+    cxx: str = ""
+    example: str = ""
+    extra: Mapping = field(default_factory=dict)
+
+    @property
+    def param_names(self) -> tuple:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def defaults(self) -> dict:
+        return {p.name: p.default for p in self.params}
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def kernels(self) -> dict:
+        """Kernel name -> scalar function: ``f``, ``dx`` and ``d<param>`` for each param."""
+        out = {"f": self.f, "dx": self.dx}
+        for p in self.params:
+            out["d" + p.name] = self.dparams[p.name]
+        return out
+
+
+_REGISTRY: dict = {}
+REGISTRY: Mapping = MappingProxyType(_REGISTRY)
+
+
+def define(
+    name: str,
+    *,
+    summary: str,
+    formula: str,
+    f: Callable,
+    dx: Callable,
+    ref: Callable,
+    ref_dx: Callable,
+    params: Sequence[Param] = (),
+    dparams: Mapping | None = None,
+    ref_dparams: Mapping | None = None,
+    notes: str = "",
+    derivative_formula: str = "",
+    check: Callable | None = None,
+    scales: Mapping | None = None,
+    special_points: Sequence = (),
+    references: Sequence = (),
+    x_range: tuple = (-1e6, 1e6),
+    tolerances: Mapping | None = None,
+    cxx: str = "",
+    example: str = "",
+    **extra,
+) -> ActivationSpec:
+    """Declare and register an activation.
+
+    ``f(x, *params)``, ``dx(x, *params)`` and ``dparams[p](x, *params)`` are scalar
+    kernels (parameters positional, in declaration order). ``ref*`` are mpmath
+    references called as ``ref(mp, x, *params)`` with ``mp`` an mpmath context at high
+    precision and ``x``/params exact ``mpf`` values (possibly ``±inf``: return the
+    mathematical limit). ``scales`` optionally maps ``"f"``, ``"dx"`` or a parameter
+    name to ``scale(mp, x, *params)``: the magnitude of the largest term, used as the
+    error yardstick where the true value cancels to (near) zero. ``check(**params)``
+    returns an error message for an invalid *combination* of parameters (or None).
+    ``special_points`` are x values (kinks, thresholds) the tests always include, as
+    numbers or as callables ``(params dict) -> x``.
+    """
+    if name in _REGISTRY:
+        raise ValueError(f"activation {name!r} is already registered")
+    params = tuple(params)
+    dparams = dict(dparams or {})
+    ref_dparams = dict(ref_dparams or {})
+    names = [p.name for p in params]
+    for what, mapping in (("dparams", dparams), ("ref_dparams", ref_dparams)):
+        if set(mapping) != set(names):
+            raise ValueError(f"{name}: {what} keys {sorted(mapping)} != params {names}")
+    for fn in [f, dx, *dparams.values()]:
+        kernel(fn)
+    module = sys._getframe(1).f_globals.get("__name__", "?")
+    spec = ActivationSpec(
+        name=name,
+        summary=summary,
+        formula=formula,
+        params=params,
+        f=f,
+        dx=dx,
+        dparams=MappingProxyType(dparams),
+        ref=ref,
+        ref_dx=ref_dx,
+        ref_dparams=MappingProxyType(ref_dparams),
+        module=module,
+        notes=notes,
+        derivative_formula=derivative_formula,
+        check=check,
+        scales=MappingProxyType(dict(scales or {})),
+        special_points=tuple(special_points),
+        references=tuple(references),
+        x_range=x_range,
+        tolerances=MappingProxyType(dict(tolerances or {})),
+        cxx=cxx,
+        example=example,
+        extra=MappingProxyType(extra),
+    )
+    _REGISTRY[name] = spec
+    return spec

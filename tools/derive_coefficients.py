@@ -1,0 +1,48 @@
+"""Derive the polynomial coefficients used by the activation kernels.
+
+Run ``python tools/derive_coefficients.py`` to print them; the kernels quote the output.
+Each fit is a Chebyshev (near-minimax) polynomial computed by mpmath at 60 digits, and
+the printed error is the max relative error of the polynomial itself over its interval
+(rounding in the kernel adds a few ulp on top; the accuracy tests measure the total).
+"""
+import mpmath as mp
+
+mp.mp.dps = 60
+
+
+def fit(name, f, interval, degree, center=0):
+    """Fit f(v) ~ sum c_k (v - center)^k on interval; prints c_k in ascending order."""
+    a0, b0 = interval
+    poly, err = mp.chebyfit(lambda s: f(s + center), [a0 - center, b0 - center], degree + 1, error=True)
+    # relative error check on a dense grid
+    a, b = interval
+    worst = mp.mpf(0)
+    for i in range(2001):
+        v = a + (b - a) * mp.mpf(i) / 2000
+        fv = f(v)
+        pv = mp.polyval(poly, v - center)
+        worst = max(worst, abs(pv - fv) / abs(fv))
+    cond = sum(abs(c) * max(abs(a - center), abs(b - center)) ** k
+               for k, c in enumerate(reversed(poly))) / min(abs(f(a)), abs(f(b)))
+    print(f"# {name}: degree {degree} in (v - {center}) on {interval}, "
+          f"max rel error {mp.nstr(worst, 3)}, Horner condition <= {mp.nstr(cond, 3)}")
+    print(f"{name} = (")
+    for c in reversed(poly):  # ascending powers
+        print(f"    {mp.nstr(c, 20, min_fixed=-1, max_fixed=1)},")
+    print(")")
+
+
+def iglu_tail(v):
+    # (atan(u) - u/(1+u^2)) / u^3 with v = u^2: the IGLU derivative's negative tail
+    # divided by its leading behaviour; series 2/3 - 4/5 v + 6/7 v^2 - ...
+    if v == 0:
+        return mp.mpf(2) / 3
+    u = mp.sqrt(v)
+    return (mp.atan(u) - u / (1 + v)) / u**3
+
+
+if __name__ == "__main__":
+    # Two pieces keep the Horner sums well conditioned (a single monomial fit on [0, 1]
+    # has alternating coefficients ~1 and loses ~50 ulp at v = 1).
+    fit("IGLU_TAIL_LO", iglu_tail, [0, 0.25], 15)
+    fit("IGLU_TAIL_HI", iglu_tail, [0.25, 1], 19, center=mp.mpf("0.625"))
