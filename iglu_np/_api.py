@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from . import backends
 from ._spec import REGISTRY
 
 __all__ = ["Activation", "ACTIVATIONS", "get"]
@@ -19,6 +20,7 @@ __all__ = ["Activation", "ACTIVATIONS", "get"]
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
 _COMPUTE = {_F16: _F32, _F32: _F32, _F64: _F64}
 
 
@@ -110,7 +112,9 @@ class _DParams:
         return {p: self._act._ufunc("d_" + p) for p in self._act.param_names}
 
     def __call__(self, x, **params):
-        return {p: self._act._run("d_" + p, (x,), params, None) for p in self._act.param_names}
+        return {
+            p: self._act._run("d_" + p, (x,), dict(params), None) for p in self._act.param_names
+        }
 
     def __repr__(self):
         return f"<iglu_np {self.__name__}>"
@@ -150,6 +154,9 @@ class Activation:
     def __call__(self, x, /, *, out=None, **params):
         return self._run("fwd", (x,), params, out)
 
+    # ``backend="cpu" | "numba_cuda" | "cupy" | ...`` is accepted as a keyword by every
+    # call; by default the backend follows the array type (iglu_np.backends.detect).
+
     @property
     def ufunc(self) -> np.ufunc:
         """The raw forward numpy ufunc ``ufunc(x, *params)``."""
@@ -161,6 +168,14 @@ class Activation:
         A scalar parameter gets a 0-d array; an array parameter (e.g. per channel) gets
         an array of its own shape, summed over the axes it was broadcast along.
         """
+        backend = params.pop("backend", None)
+        if backend is None:
+            for d in (x, grad_out):
+                if not isinstance(d, _HOST_TYPES):
+                    backend = backends.detect(d)
+                    break
+        if backend is not None and backend != "cpu":
+            return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
         res = {}
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
         for i, p in enumerate(self.param_names):
@@ -223,7 +238,7 @@ class Activation:
             if p.hi < math.inf:
                 ok &= (a < p.hi) if p.hi_open else (a <= p.hi)
             if not ok.all():
-                bad = a[~ok].flat[0]
+                bad = float(a[~ok].flat[0])
                 raise ValueError(
                     f"{self.name}: parameter {p.name} has a value {bad!r} outside its domain "
                     f"{p.domain}"
@@ -250,6 +265,14 @@ class Activation:
             raise TypeError(f"{self.name}: {e}") from None
 
     def _run(self, kind, data, params, out):
+        backend = params.pop("backend", None) if "backend" in params else None
+        if backend is None:
+            for d in data:
+                if not isinstance(d, _HOST_TYPES):
+                    backend = backends.detect(d)
+                    break
+        if backend is not None and backend != "cpu":
+            return backends.run(backend, self, kind, data, params, out)
         names = ("x", "grad_out") if len(data) == 2 else ("x",)
         vals, cdt = self._prepare(names, data, params)
         if out is not None:

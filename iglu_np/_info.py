@@ -1,0 +1,62 @@
+"""``iglu-np info``: activations, parameters, available backends and versions."""
+from __future__ import annotations
+
+import importlib
+import platform
+
+
+def add_arguments(p):
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def backend_status() -> dict:
+    """Backend name -> (usable, reason). Importing a GPU backend never needs a GPU."""
+    from . import backends
+
+    out = {"cpu": (True, "Numba ufuncs")}
+    for name, path in backends.BACKENDS.items():
+        try:
+            mod = importlib.import_module(path)
+            status = getattr(mod, "status", None)
+            out[name] = status() if status else (True, "")
+        except ImportError as e:
+            out[name] = (False, f"not installed ({e})")
+    return out
+
+
+def versions() -> dict:
+    v = {"python": platform.python_version()}
+    for m in ("iglu_np", "numpy", "scipy", "numba", "llvmlite", "numba_cuda", "cupy", "dask"):
+        try:
+            v[m] = importlib.import_module(m).__version__
+        except Exception:
+            pass
+    return v
+
+
+def main(args) -> int:
+    from . import ACTIVATIONS
+
+    info = {
+        "activations": {
+            n: {p.name: {"default": p.default, "domain": p.domain} for p in a.params}
+            for n, a in ACTIVATIONS.items()
+        },
+        "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
+        "versions": versions(),
+    }
+    if args.json:
+        import json
+
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"iglu_np {info['versions']['iglu_np']}: {len(info['activations'])} activations\n")
+    w = max(map(len, info["activations"]))
+    for n, ps in info["activations"].items():
+        pdesc = ", ".join(f"{k}={d['default']!r} ({d['domain']})" for k, d in ps.items())
+        print(f"  {n:<{w}}  {pdesc or '-'}")
+    print("\nbackends:")
+    for k, d in info["backends"].items():
+        print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")
+    print("\nversions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    return 0
