@@ -153,7 +153,12 @@ def z_approx_dx(x, sigma):
 def z_approx_dsigma(x, sigma):
     T = type(x)
     w = T(1.0) / (T(1.0) + abs(sigma * x))
-    return (x * w) * w * T(0.5)
+    # x*w = x/(1+sigma|x|) as 1/(1/x +- sigma): finite at |x| = inf where x*w is inf*0.
+    if x < T(0.0):
+        xw = T(1.0) / (T(1.0) / x - sigma)
+    else:
+        xw = T(1.0) / (T(1.0) / x + sigma)
+    return xw * w * T(0.5)
 
 
 # --------------------------------------------------------------------------- IGLU approx

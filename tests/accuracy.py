@@ -1,0 +1,193 @@
+"""mpmath accuracy harness (scipy.special's ``FuncData`` idea, for activation specs).
+
+For a spec, a kernel kind (``fwd``, ``dx`` or ``d_<param>``) and a dtype it evaluates the
+compiled ufunc and the spec's mpmath reference at the same exact inputs (x and parameters
+as represented in that dtype) and reports the error in ulp of the output dtype:
+
+    err = |got - true| / max(ulp(true), ulp(scale), tiny)
+
+``scale`` is the spec's "largest term" yardstick for kinds whose true value cancels to
+(near) zero; ``tiny`` (the smallest normal number) is the absolute floor that applies
+where the true value underflows. NaN must give NaN; infinite true values must be hit
+exactly. Run ``python -m tests.accuracy`` for the per-activation table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+
+DPS = 60
+FWD_ULP = 4.0
+DER_ULP = 8.0
+
+
+def tolerance(spec, kind: str) -> float:
+    default = FWD_ULP if kind == "fwd" else DER_ULP
+    return float(spec.tolerances.get(kind, default))
+
+
+def x_points(spec, dtype, params: dict, n_log: int = 110) -> np.ndarray:
+    """±logspace(1e-30, x_max), a linear grid on [-12, 12], ±0, ±inf, NaN-free, and the
+    spec's special points with their neighbours (kinks, thresholds)."""
+    lo, hi = spec.x_range
+    xmax = min(abs(lo), abs(hi), float(np.finfo(dtype).max))
+    mags = np.logspace(-30, math.log10(xmax), n_log)
+    pts = [mags, -mags, np.linspace(-12, 12, 97), [0.0, -0.0, np.inf, -np.inf]]
+    sp = []
+    for s in spec.special_points:
+        v = s(params) if callable(s) else s
+        if v is None:
+            continue
+        v = dtype(v)
+        sp += [v, np.nextafter(v, dtype(np.inf)), np.nextafter(v, dtype(-np.inf))]
+    pts.append(np.array(sp, dtype=np.float64))
+    x = np.concatenate([np.asarray(p, dtype=np.float64).ravel() for p in pts]).astype(dtype)
+    x = x[np.isinf(x) | ((x >= lo) & (x <= hi))]
+    # distinct by bit pattern (keeps both signed zeros)
+    _, idx = np.unique(x.view(np.uint32 if dtype == np.float32 else np.uint64), return_index=True)
+    return x[np.sort(idx)]
+
+
+def param_sets(spec, dtype) -> list:
+    """Defaults, each parameter's test values (others at default) and its domain edges,
+    keeping only valid combinations; values rounded to ``dtype``."""
+    base = spec.defaults
+    sets = [dict(base)]
+    for p in spec.params:
+        vals = list(p.test_values)
+        if math.isfinite(p.lo):
+            vals.append(p.lo + (max(1e-3, abs(p.lo) * 1e-3) if p.lo_open else 0.0))
+        if math.isfinite(p.hi):
+            vals.append(p.hi - (max(1e-3, abs(p.hi) * 1e-3) if p.hi_open else 0.0))
+        for v in vals:
+            d = dict(base)
+            d[p.name] = float(dtype(v))
+            if not p.contains(d[p.name]):
+                continue
+            if spec.check is not None and spec.check(**d):
+                continue
+            if d not in sets:
+                sets.append(d)
+    return [{k: float(dtype(v)) for k, v in s.items()} for s in sets]
+
+
+def _mpf(v):
+    return mpmath.mpf(float(v))
+
+
+def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS):
+    """(true values as mpf list, scale as mpf list or None)."""
+    if kind == "fwd":
+        fn, skey = spec.ref, "f"
+    elif kind == "dx":
+        fn, skey = spec.ref_dx, "dx"
+    else:
+        pname = kind[2:]
+        fn, skey = spec.ref_dparams[pname], pname
+    sfn = spec.scales.get(skey)
+    pv = [_mpf(params[p]) for p in spec.param_names]
+    vals, scales = [], [] if sfn else None
+    with mpmath.workdps(dps):
+        mp = mpmath.mp
+        for xi in x:
+            if np.isnan(xi):
+                vals.append(mpmath.nan)
+                continue
+            xm = _mpf(xi)
+            vals.append(fn(mp, xm, *pv))
+            if sfn:
+                scales.append(sfn(mp, xm, *pv))
+    return vals, scales
+
+
+@dataclass
+class Result:
+    worst: float
+    x: float
+    got: float
+    true: float
+    n: int
+
+    def __str__(self):
+        return f"{self.worst:.3g} ulp at x={self.x!r} (got {self.got!r}, true {self.true!r}, n={self.n})"
+
+
+def ulp_errors(got: np.ndarray, true: list, scale, dtype) -> np.ndarray:
+    fi = np.finfo(dtype)
+    errs = np.zeros(len(true))
+    for i, (g, t) in enumerate(zip(got, true)):
+        g = float(g)
+        if mpmath.isnan(t):
+            errs[i] = 0.0 if math.isnan(g) else math.inf
+            continue
+        if math.isnan(g):
+            errs[i] = math.inf
+            continue
+        tf = float(t) if abs(t) < mpmath.mpf(float(fi.max)) * (1 + float(fi.eps) / 2) else math.copysign(math.inf, float(t))
+        if math.isinf(tf):
+            errs[i] = 0.0 if g == tf else math.inf
+            continue
+        if math.isinf(g):
+            errs[i] = math.inf
+            continue
+        unit = max(float(np.spacing(dtype(abs(tf)))), float(fi.tiny))
+        if scale is not None:
+            s = abs(float(scale[i]))
+            if math.isfinite(s):
+                unit = max(unit, float(np.spacing(dtype(min(s, float(fi.max))))))
+        errs[i] = float(abs(mpmath.mpf(g) - t) / unit)
+    return errs
+
+
+def measure(spec, kind: str, dtype, ufunc=None) -> Result:
+    """Worst ulp error of ``kind`` over all test points and parameter sets."""
+    import iglu_np
+
+    act = iglu_np.get(spec.name)
+    if ufunc is None:
+        ufunc = act._ufunc(kind)
+    worst = Result(0.0, 0.0, 0.0, 0.0, 0)
+    n = 0
+    for params in param_sets(spec, dtype):
+        x = x_points(spec, dtype, params)
+        pv = [dtype(params[p]) for p in spec.param_names]
+        with np.errstate(all="ignore"):
+            got = ufunc(x, *pv)
+        assert got.dtype == dtype, f"{spec.name}.{kind}: {got.dtype} != {dtype}"
+        true, scale = reference(spec, kind, x, params)
+        errs = ulp_errors(got, true, scale, dtype)
+        n += len(x)
+        i = int(np.argmax(errs))
+        if errs[i] > worst.worst or (worst.n == 0):
+            worst = Result(float(errs[i]), float(x[i]), float(got[i]), float(true[i]), 0)
+            worst.params = params
+    worst.n = n
+    return worst
+
+
+def kinds(spec) -> list:
+    return ["fwd", "dx"] + ["d_" + p for p in spec.param_names]
+
+
+def table(names=None) -> str:
+    """Markdown table of worst-case ulp per activation and kind, float32 and float64."""
+    import iglu_np
+
+    rows = ["| activation | kind | float32 ulp | float64 ulp |", "|---|---|---|---|"]
+    for name, act in iglu_np.ACTIVATIONS.items():
+        if names and name not in names:
+            continue
+        for k in kinds(act.spec):
+            r32 = measure(act.spec, k, np.float32)
+            r64 = measure(act.spec, k, np.float64)
+            rows.append(f"| {name} | {k} | {r32.worst:.2f} | {r64.worst:.2f} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(table(sys.argv[1:] or None))

@@ -1,0 +1,89 @@
+"""mpmath sweep: every activation, its x-derivative and every parameter derivative, in
+float32 and float64, over ±[1e-30, 1e6], ±0, ±inf, a linear grid, special points and
+parameter values at defaults, test values and domain edges (see tests/accuracy.py)."""
+import mpmath
+import numpy as np
+import pytest
+
+import iglu_np
+
+from . import accuracy as acc
+
+CASES = [
+    (name, kind)
+    for name, a in iglu_np.ACTIVATIONS.items()
+    for kind in acc.kinds(a.spec)
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name,kind", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+def test_ulp(name, kind, dtype):
+    spec = iglu_np.ACTIVATIONS[name].spec
+    r = acc.measure(spec, kind, dtype)
+    tol = acc.tolerance(spec, kind)
+    assert r.worst <= tol, f"{name}.{kind} {np.dtype(dtype).name}: {r} params={r.params}"
+
+
+@pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
+def test_nan_propagates_without_warnings(name):
+    a = iglu_np.ACTIVATIONS[name]
+    x = np.array([np.nan, 1.0, -np.inf, np.inf, 0.0], dtype=np.float32)
+    g = np.ones_like(x)
+    # pyproject turns RuntimeWarning into errors, so any FP warning fails here.
+    outs = [a(x), a.dx(x), a.backward(x, g), *a.dparams(x).values()]
+    outs += list(a.backward_params(x[:1], g[:1]).values())
+    for o in outs:
+        assert np.isnan(np.ravel(o)[0])
+
+
+GENERIC = np.array([-4.3, -2.2, -1.1, -0.61, -0.13, 0.07, 0.37, 0.93, 1.7, 2.9, 4.6])
+
+
+def _away_from_special(spec, params, x, gap=1e-3):
+    for s in spec.special_points:
+        v = s(params) if callable(s) else s
+        if v is not None and abs(x - v) < gap:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
+def test_reference_derivatives_match_mpmath_diff(name):
+    """The analytic mpmath derivatives agree with numerical differentiation of the
+    mpmath value reference, so the accuracy sweep checks against the right thing."""
+    spec = iglu_np.ACTIVATIONS[name].spec
+    for params in acc.param_sets(spec, np.float64)[:4]:
+        pv = [mpmath.mpf(params[p]) for p in spec.param_names]
+        with mpmath.workdps(40):
+            mp = mpmath.mp
+            for x in GENERIC:
+                if not _away_from_special(spec, params, x):
+                    continue
+                xm = mpmath.mpf(x)
+                num = mp.diff(lambda t: spec.ref(mp, t, *pv), xm)
+                ana = spec.ref_dx(mp, xm, *pv)
+                assert abs(num - ana) <= 1e-25 * max(1, abs(ana)), (name, "dx", x, params)
+                for i, p in enumerate(spec.param_names):
+                    def fp(t, i=i):
+                        q = list(pv)
+                        q[i] = t
+                        return spec.ref(mp, xm, *q)
+
+                    num = mp.diff(fp, pv[i])
+                    ana = spec.ref_dparams[p](mp, xm, *pv)
+                    assert abs(num - ana) <= 1e-25 * max(1, abs(ana)), (name, p, x, params)
+
+
+@pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
+def test_reference_is_stable_at_higher_precision(name):
+    """References evaluated at 60 and 90 digits agree: no reference loses its digits."""
+    spec = iglu_np.ACTIVATIONS[name].spec
+    params = spec.defaults
+    x = np.concatenate([-np.logspace(-30, 6, 25), np.logspace(-30, 6, 25)])
+    for kind in acc.kinds(spec):
+        a, _ = acc.reference(spec, kind, x, params, dps=60)
+        b, _ = acc.reference(spec, kind, x, params, dps=90)
+        for xi, u, v in zip(x, a, b):
+            assert abs(u - v) <= mpmath.mpf(10) ** -25 * max(abs(v), mpmath.mpf(10) ** -300), (
+                name, kind, xi, u, v)
