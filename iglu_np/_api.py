@@ -184,6 +184,10 @@ class Activation:
             res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape))
         return res
 
+    def __reduce__(self):
+        # Pickle by name (dask/multiprocessing workers rebuild from their own registry).
+        return (get, (self.name,))
+
     def __repr__(self):
         ps = ", ".join(f"{p.name}={p.default!r}" for p in self.params)
         return f"<iglu_np activation {self.name}({ps})>"

@@ -153,8 +153,10 @@ def z_approx_dx(x, sigma):
 def z_approx_dsigma(x, sigma):
     T = type(x)
     w = T(1.0) / (T(1.0) + abs(sigma * x))
-    # x*w = x/(1+sigma|x|) as 1/(1/x +- sigma): finite at |x| = inf where x*w is inf*0.
-    if x < T(0.0):
+    # x*w = x/(1+sigma|x|) as 1/(1/x +- sigma) for |x| > 1: finite where x*w is inf*0.
+    if abs(x) <= T(1.0):
+        xw = x * w
+    elif x < T(0.0):
         xw = T(1.0) / (T(1.0) / x - sigma)
     else:
         xw = T(1.0) / (T(1.0) / x + sigma)
@@ -165,11 +167,16 @@ def z_approx_dsigma(x, sigma):
 @kernel
 def iglu_approx_f(x, sigma):
     T = type(x)
-    q = T(1.0) / x
-    # x/(2(1+sigma|x|)) written as 0.5/(1/x +- sigma): exact limits at +-inf, no inf/inf.
-    if x < T(0.0):
-        return T(0.5) / (q - sigma)
-    return x - T(0.5) / (q + sigma)
+    if abs(x) > T(1.0):
+        # x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
+        q = T(1.0) / x
+        if x < T(0.0):
+            return T(0.5) / (q - sigma)
+        return x - T(0.5) / (q + sigma)
+    t = sigma * x
+    if t < T(0.0):
+        return T(0.5) * x / (T(1.0) - t)
+    return x - T(0.5) * x / (T(1.0) + t)
 
 
 @kernel
@@ -185,7 +192,10 @@ def iglu_approx_dx(x, sigma):
 @kernel
 def iglu_approx_dsigma(x, sigma):
     T = type(x)
-    m = T(1.0) / (T(1.0) / abs(x) + sigma)  # |x|/(1+sigma|x|), finite at |x| = inf
+    if abs(x) > T(1.0):
+        m = T(1.0) / (T(1.0) / abs(x) + sigma)  # |x|/(1+sigma|x|), finite at |x| = inf
+    else:
+        m = abs(x) / (T(1.0) + sigma * abs(x))
     return T(0.5) * m * m
 
 
