@@ -1,0 +1,58 @@
+"""Completeness: every activation the project promises is registered, and every
+registered activation carries what the generators and tests need."""
+import subprocess
+import sys
+
+import pytest
+
+import iglu_np
+
+PROMISED = """
+z_gate z_approx iglu iglu_approx gelu_a relu gelu gelu_tanh silu celu elu hardshrink
+hardsigmoid hardswish hardtanh leaky_relu mish prelu selu sigmoid softplus softshrink
+softsign squareplus tanh tanhshrink identity relu2 xielu xiprelu xsilu xatlu atlu
+""".split()
+
+
+def test_every_promised_activation_is_registered():
+    missing = sorted(set(PROMISED) - set(iglu_np.ACTIVATIONS))
+    assert not missing, f"not registered: {missing}"
+
+
+@pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
+def test_spec_is_complete(name):
+    spec = iglu_np.ACTIVATIONS[name].spec
+    assert spec.summary and spec.formula and spec.example
+    assert callable(spec.f) and callable(spec.dx)
+    assert callable(spec.ref) and callable(spec.ref_dx)
+    for p in spec.params:
+        assert callable(spec.dparams[p.name]) and callable(spec.ref_dparams[p.name])
+        assert p.doc, f"{name}.{p.name} needs a doc"
+        assert p.contains(p.default), f"{name}.{p.name} default outside its domain"
+    assert spec.module.startswith("iglu_np.activations.")
+    assert hasattr(iglu_np, name) and getattr(iglu_np, name).spec is spec
+
+
+def test_import_is_light():
+    """`import iglu_np` compiles nothing and imports neither numba nor mpmath nor a GPU
+    stack: kernels compile lazily on first use."""
+    code = (
+        "import sys, iglu_np; "
+        "bad = [m for m in ('numba', 'mpmath', 'cupy', 'numba.cuda', 'dask', 'torch') "
+        "if m in sys.modules]; "
+        "assert not bad, bad; print(len(iglu_np.ACTIVATIONS))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == len(iglu_np.ACTIVATIONS)
+
+
+def test_cli_info_lists_every_activation():
+    r = subprocess.run([sys.executable, "-m", "iglu_np", "info", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    info = json.loads(r.stdout)
+    assert set(info["activations"]) == set(iglu_np.ACTIVATIONS)
+    assert info["backends"]["cpu"]["usable"] is True
