@@ -8,10 +8,11 @@ Every activation ``iglu_np.<name>`` is generated from its declarative spec in
 from types import MappingProxyType as _MappingProxy
 
 from ._api import Activation, _acts, get
+from .stats import tail_index
 
 __version__ = "0.1.0"
 
 ACTIVATIONS = _MappingProxy(_acts())
 globals().update(ACTIVATIONS)
 
-__all__ = ["ACTIVATIONS", "Activation", "get", "__version__", *ACTIVATIONS]
+__all__ = ["ACTIVATIONS", "Activation", "get", "tail_index", "__version__", *ACTIVATIONS]
