@@ -1,0 +1,317 @@
+"""Helpers for verifying the GPU code on machines without a GPU.
+
+* NVRTC (``cuda-bindings`` + the ``nvidia-cuda-nvrtc`` wheel) compiles the CuPy kernels'
+  C++ to PTX; nvJitLink assembles PTX (from NVRTC or Numba) to CUBIN and reports what
+  ptxas reports (registers, spills, local memory), no driver needed.
+* ``cupy_like_source`` wraps a :class:`iglu_np.backends.cxx.KernelSource` the way CuPy's
+  ElementwiseKernel does (typedefs for the type placeholders, one element per iteration
+  of a grid-stride loop, the body line verbatim), so NVRTC sees what CuPy would compile.
+* ``host_library`` builds the same preamble and body with g++ into a shared library
+  (IGLU_NP_HOST_DEVICE -> ``inline``) for numerical comparison with the CPU ufuncs.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from iglu_np.backends import cxx
+
+ARCHS = ((8, 0), (9, 0))
+
+
+# --------------------------------------------------------------------------- NVRTC
+@lru_cache(maxsize=1)
+def nvrtc_status():
+    """(usable, reason) for NVRTC through cuda-bindings."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        return False, f"cuda-bindings not installed ({e}); pip install -e .[gpu-verify]"
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as e:  # the bindings import but the NVRTC library does not load
+        return False, f"NVRTC library not loadable ({e}); pip install nvidia-cuda-nvrtc"
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return False, f"nvrtcVersion failed: {err}"
+    return True, f"NVRTC {major}.{minor}"
+
+
+@lru_cache(maxsize=1)
+def cuda_include_dir():
+    """Directory with cuda_fp16.h (the CUDA runtime headers wheel), or None."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        return find_nvidia_header_directory("cudart")
+    except Exception:
+        return None
+
+
+def _check(res, what):
+    err = res[0]
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    return res[1:] if len(res) > 2 else (res[1] if len(res) == 2 else None)
+
+
+def nvrtc_compile(source: str, cc=(9, 0), name="iglu_np_test.cu", options=()):
+    """Compile CUDA C++ to PTX with NVRTC; returns (ptx, log). Raises on errors (with log)."""
+    from cuda.bindings import nvrtc
+
+    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    opts = [f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(), b"--std=c++17"]
+    inc = cuda_include_dir()
+    if inc:
+        opts.append(f"--include-path={inc}".encode())
+    opts += [o.encode() for o in options]
+    try:
+        res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        buf = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.decode(errors="replace").rstrip("\x00").strip()
+        if int(res[0]) != 0:
+            raise RuntimeError(f"NVRTC compile failed:\n{log}")
+        size = _check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+        return buf.decode().rstrip("\x00"), log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@lru_cache(maxsize=1)
+def nvjitlink_status():
+    try:
+        from cuda.bindings import nvjitlink
+
+        nvjitlink.version()
+    except Exception as e:
+        return False, f"nvJitLink not available ({e}); pip install nvidia-nvjitlink"
+    return True, "nvJitLink"
+
+
+def ptxas_info(ptx: str, cc=(9, 0)) -> str:
+    """Assemble PTX to CUBIN with nvJitLink (-verbose) and return ptxas' info log."""
+    from cuda.bindings import nvjitlink
+
+    h = nvjitlink.create(2, [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"])
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        try:
+            nvjitlink.complete(h)
+        except Exception:
+            n = nvjitlink.get_error_log_size(h)
+            buf = bytearray(n)
+            nvjitlink.get_error_log(h, buf)
+            raise RuntimeError("nvJitLink failed:\n" + buf.decode(errors="replace"))
+        n = nvjitlink.get_info_log_size(h)
+        buf = bytearray(n)
+        nvjitlink.get_info_log(h, buf)
+        return buf.decode(errors="replace").rstrip("\x00")
+    finally:
+        nvjitlink.destroy(h)
+
+
+def spill_summary(info: str):
+    """(spill store bytes, spill load bytes, stack frame bytes) summed over the log."""
+    st = sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", info))
+    ld = sum(int(v) for v in re.findall(r"(\d+) bytes spill loads", info))
+    fr = sum(int(v) for v in re.findall(r"(\d+) bytes stack frame", info))
+    return st, ld, fr
+
+
+# --------------------------------------------------------------------------- PTX
+_INSTR = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)", re.M)
+_DIRECTIVE_OR_LABEL = re.compile(r"^\s*(?:\.|\$|//|\{|\}|\)|$)")
+
+
+def ptx_instructions(ptx: str, entry: str | None = None) -> list:
+    """Opcodes of the instructions in the (first, or named) ``.entry`` of a PTX module."""
+    lines = ptx.splitlines()
+    start = None
+    for i, ln in enumerate(lines):
+        if ln.lstrip().startswith(".visible .entry") or ln.lstrip().startswith(".entry"):
+            if entry is None or entry in ln:
+                start = i
+                break
+    if start is None:
+        raise ValueError("no .entry in PTX")
+    depth, ops, began = 0, [], False
+    for ln in lines[start:]:
+        s = ln.strip()
+        if s.startswith("{"):
+            depth += 1
+            began = True
+            continue
+        if s.startswith("}"):
+            depth -= 1
+            if began and depth == 0:
+                break
+            continue
+        if not began or not s or s.startswith((".", "$", "//", "(", ")")) or s.endswith(":"):
+            continue
+        m = _INSTR.match(s)
+        if m:
+            ops.append(m.group(1))
+    return ops
+
+
+def ptx_stats(ptx: str, entry: str | None = None) -> dict:
+    ops = ptx_instructions(ptx, entry)
+    return {
+        "instructions": len(ops),
+        "ld_global": sum(o.startswith("ld.global") for o in ops),
+        "st_global": sum(o.startswith("st.global") for o in ops),
+        "f64_ops": sum(".f64" in o for o in ops),
+        "local": sum(".local" in o for o in ops) + ptx.count(".local "),
+        "mufu": sum(o.split(".")[0] in ("ex2", "lg2", "rcp", "rsqrt", "sqrt", "sin", "cos", "tanh") and "approx" in o for o in ops),
+        "div": sum(o.startswith("div") for o in ops),
+    }
+
+
+# --------------------------------------------------------------------------- CuPy-like
+_NV_TYPES = {"float16": "__half", "float32": "float", "float64": "double"}
+
+
+def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) -> str:
+    """``ks`` wrapped as CuPy wraps an ElementwiseKernel body (1-D, grid-stride, 64-bit)."""
+    X, Y = _NV_TYPES[data_dtype], _NV_TYPES[out_dtype]
+    data = [a for a in ks.args if not a.startswith("p_")]
+    params = [a for a in ks.args if a.startswith("p_")]
+    C = ks.compute
+    args = [f"const X* __restrict__ _raw_{d}" for d in data]
+    args += [f"const {C}* __restrict__ _raw_{p}" if param_arrays else f"const {C} {p}" for p in params]
+    args += ["Y* __restrict__ _raw_y", "const long long _n"]
+    loads = [f"const X {d} = _raw_{d}[_i];" for d in data]
+    if param_arrays:
+        loads += [f"const {C} {p} = _raw_{p}[_i];" for p in params]
+    head = '#include <cuda_fp16.h>\n' if "float16" in (data_dtype, out_dtype) else ""
+    return (
+        head
+        + ks.preamble
+        + f"\ntypedef {X} X;\ntypedef {Y} Y;\n"
+        + f'extern "C" __global__ void {ks.name}({", ".join(args)}) {{\n'
+        + "  for (long long _i = (long long)blockIdx.x * blockDim.x + threadIdx.x; _i < _n;\n"
+        + "       _i += (long long)blockDim.x * gridDim.x) {\n"
+        + "    " + "\n    ".join(loads) + "\n"
+        + "    Y y;\n"
+        + f"    {ks.body}\n"
+        + "    _raw_y[_i] = y;\n"
+        + "  }\n}\n"
+    )
+
+
+# --------------------------------------------------------------------------- host g++
+def gxx_status():
+    gxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if gxx is None:
+        return False, "no C++ compiler (g++) on PATH"
+    return True, gxx
+
+
+def _host_function(ks, ctype: str) -> str:
+    data = [a for a in ks.args if not a.startswith("p_")]
+    params = [a for a in ks.args if a.startswith("p_")]
+    cname = f"{ks.name}_{ctype}"
+    args = [f"const {ctype}* _raw_{a}" for a in data + params] + [f"{ctype}* _raw_y", "long _n"]
+    loads = [f"const X {d} = _raw_{d}[_i];" for d in data]
+    loads += [f"const {ks.compute} {p} = _raw_{p}[_i];" for p in params]
+    return (
+        f'extern "C" void {cname}({", ".join(args)}) {{\n'
+        + "  for (long _i = 0; _i < _n; ++_i) {\n"
+        + "    " + "\n    ".join(loads) + "\n"
+        + "    Y y;\n"
+        + f"    {ks.body}\n"
+        + "    _raw_y[_i] = y;\n"
+        + "  }\n}\n"
+    )
+
+
+def host_source(spec) -> str:
+    """One translation unit: the preamble once, then per compute type and kernel kind an
+    ``extern "C"`` loop around the exact CuPy body (X = Y = the compute type)."""
+    parts = [cxx.preamble(spec)]
+    for ct, dt in (("float", np.float32), ("double", np.float64)):
+        parts.append(f"namespace host_{ct} {{\ntypedef {ct} X;\ntypedef {ct} Y;\n")
+        for kind in cxx.kernel_kinds(spec):
+            ks = cxx.kernel_source(spec, kind, dt)
+            parts.append(_host_function(ks, ct))
+        parts.append("}\n")
+    return "\n".join(parts)
+
+
+def host_library(spec, flags=("-O2", "-ffp-contract=off"), workdir=None):
+    """Compile :func:`host_source` with g++ and load it; returns (ctypes.CDLL, compile log)."""
+    ok, gxx = gxx_status()
+    if not ok:
+        raise RuntimeError(gxx)
+    src = host_source(spec)
+    key = hashlib.sha256((src + repr(flags)).encode()).hexdigest()[:16]
+    d = Path(workdir or tempfile.mkdtemp(prefix="iglu_np_host_"))
+    cpp, so = d / f"{spec.name}_{key}.cpp", d / f"{spec.name}_{key}.so"
+    cpp.write_text(src)
+    r = subprocess.run(
+        [gxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", *flags, str(cpp), "-o", str(so)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"g++ failed:\n{r.stderr}")
+    return ctypes.CDLL(str(so)), r.stderr.strip()
+
+
+def host_call(lib, spec, kind, dtype, x, g=None, params=()):
+    """Run the host build of kernel ``kind``: arrays broadcast to x's shape, result array."""
+    dt = np.dtype(dtype)
+    ct = cxx.C_TYPES[dt]
+    ks = cxx.kernel_source(spec, kind, dt)
+    fn = getattr(lib, f"{ks.name}_{ct}")
+    x = np.ascontiguousarray(x, dtype=dt)
+    arrs = [x] + ([np.ascontiguousarray(np.broadcast_to(g, x.shape), dtype=dt)] if g is not None else [])
+    arrs += [np.ascontiguousarray(np.broadcast_to(np.asarray(p, dtype=dt), x.shape)) for p in params]
+    out = np.empty_like(x)
+    ptr = ctypes.POINTER(ctypes.c_float if dt == np.float32 else ctypes.c_double)
+    fn.argtypes = [ptr] * (len(arrs) + 1) + [ctypes.c_long]
+    fn.restype = None
+    fn(*[a.ctypes.data_as(ptr) for a in arrs], out.ctypes.data_as(ptr), x.size)
+    return out
+
+
+def ulp_diff(a, b) -> np.ndarray:
+    """|a - b| in units of the last place of the dtype (NaN == NaN, same-sign inf == inf)."""
+    a = np.asarray(a)
+    b = np.asarray(b).astype(a.dtype)
+    both_nan = np.isnan(a) & np.isnan(b)
+    same = (a == b) | both_nan
+    f32 = a.dtype == np.float32
+    mask = np.int64(0x7FFFFFFF if f32 else 0x7FFFFFFFFFFFFFFF)
+    ia = a.view(np.int32 if f32 else np.int64).astype(np.int64)
+    ib = b.view(np.int32 if f32 else np.int64).astype(np.int64)
+    # sign-magnitude -> a monotone integer line, so differences count ulps across zero
+    ia = np.where(ia < 0, -(ia & mask), ia)
+    ib = np.where(ib < 0, -(ib & mask), ib)
+    d = np.abs(ia - ib).astype(np.float64)
+    d[same] = 0.0
+    d[np.isnan(a) ^ np.isnan(b)] = np.inf
+    return d
+
+
+def sweep_points(dtype) -> np.ndarray:
+    """Log-spaced +-[1e-30, 1e6], +-0, +-inf, nan, and the branch edges near |x| = 1."""
+    dt = np.dtype(dtype)
+    mags = np.logspace(-30, 6, 2001)
+    near = np.array([0.25, 0.5, 0.999, 1.0, 1.001, 2.0, 3.19, 4.0])
+    pts = np.concatenate([mags, -mags, near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    with np.errstate(under="ignore"):
+        return pts.astype(dt)
