@@ -1,0 +1,195 @@
+"""Shared pieces of the asv suite: the parameter grids, deterministic inputs, GPU
+backends and the registry-coverage guard.
+
+Every activation benchmark takes its activation names from ``iglu_np.ACTIVATIONS`` at
+import, so a newly registered activation is benchmarked without editing this suite.
+:func:`coverage_gaps` double-checks that (in the spirit of numpy's ``bench_ufunc``
+"missing ufunc" check): it is run when the benchmark modules are imported, so
+``asv check`` / discovery fails loudly if something registered has no benchmark.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import iglu_np
+
+# Sorted, so the parameter grid (which asv stores results by) does not depend on the
+# order in which activation modules happen to be discovered.
+NAMES = tuple(sorted(iglu_np.ACTIVATIONS))
+DTYPES = ("float32", "float64")
+# 16,777,216 = 2**24: 64 MiB (float32) / 128 MiB (float64) per array, far beyond any
+# cache. Only forward/backward and the peak-memory benchmarks use it; every other
+# benchmark stops at 1e6 so a full `asv run` stays around half an hour on 2 cores.
+SIZES = (10_000, 1_000_000, 16_777_216)
+SMALL_SIZES = (10_000, 1_000_000)
+LARGE = 16_777_216
+# Size of the ratio/temporaries `track_` benchmarks: large enough that call overhead is
+# noise, small enough to repeat many times in well under a second.
+TRACK_SIZE = 1_000_000
+BACKENDS = ("cpu", "numba_cuda", "cupy")
+
+SEED = 20260301
+
+# What a registered activation must be covered by: aspect -> benchmark classes.
+ASPECTS = (
+    "forward", "dx", "backward", "backward_params", "overhead", "peakmem",
+    "temporaries", "copy_ratio", "accuracy", "trainer",
+)
+REGISTRY_DRIVEN: list = []
+
+
+def registry_driven(*aspects):
+    """Class decorator: the class's first parameter is the activation name and it
+    benchmarks the given aspects for every one of them."""
+    unknown = set(aspects) - set(ASPECTS)
+    if unknown:
+        raise ValueError(f"unknown benchmark aspect(s) {sorted(unknown)}")
+
+    def deco(cls):
+        cls.aspects = tuple(aspects)
+        REGISTRY_DRIVEN.append(cls)
+        return cls
+
+    return deco
+
+
+def coverage_gaps(names=None, classes=None) -> dict:
+    """``{activation: [aspects without a benchmark]}`` for every registered activation
+    (or ``names``) that some aspect does not cover; empty when coverage is complete."""
+    names = list(iglu_np.ACTIVATIONS) if names is None else list(names)
+    classes = REGISTRY_DRIVEN if classes is None else classes
+    covered = {a: set() for a in ASPECTS}
+    for cls in classes:
+        acts = set(cls.params[0])
+        for a in cls.aspects:
+            covered[a] |= acts
+    gaps = {}
+    for n in names:
+        miss = [a for a in ASPECTS if n not in covered[a]]
+        if miss:
+            gaps[n] = miss
+    return gaps
+
+
+def check_coverage(classes=None, aspects=ASPECTS):
+    """Raise if a registered activation lacks a benchmark for one of ``aspects``."""
+    gaps = {
+        n: [a for a in miss if a in aspects]
+        for n, miss in coverage_gaps(classes=classes).items()
+    }
+    gaps = {n: m for n, m in gaps.items() if m}
+    if gaps:
+        lines = "; ".join(f"{n}: {', '.join(m)}" for n, m in sorted(gaps.items()))
+        raise RuntimeError(
+            "registered activations without benchmarks (the asv suite builds its grids "
+            f"from iglu_np.ACTIVATIONS; something bypassed that): {lines}"
+        )
+
+
+# --------------------------------------------------------------------------- inputs
+def get_act(name):
+    """The activation, or an asv skip when this commit does not have it yet."""
+    try:
+        return iglu_np.get(name)
+    except KeyError:
+        raise NotImplementedError(f"{name} is not registered at this commit") from None
+
+
+def make_x(act, dtype, n, seed=SEED) -> np.ndarray:
+    """Deterministic inputs ~ 3·N(0, 1) (the range activations see in practice, both
+    branches of every kink), clipped to the activation's declared domain."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n, dtype=np.dtype(dtype).type)
+    x *= 3
+    lo, hi = getattr(act.spec, "x_range", (-np.inf, np.inf))
+    if lo > -3e30 or hi < 3e30:
+        np.clip(x, lo, hi, out=x)
+    return x
+
+
+def make_grad(dtype, n, seed=SEED + 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n, dtype=np.dtype(dtype).type)
+
+
+# --------------------------------------------------------------------------- backends
+def _no_cuda_device() -> bool:
+    """Cheap check that needs no CUDA initialisation: asv forks its benchmark processes
+    from one server, and a CUDA context created before a fork is unusable after it."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return True
+    if os.name == "posix" and not os.path.exists("/proc/driver/nvidia") and not any(
+        os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+    ):
+        return True
+    return False
+
+
+class Device:
+    """Moves inputs to a backend and waits for its queued work.
+
+    ``sync()`` is called inside every timed GPU call: kernel launches are asynchronous,
+    so without it asv would time the launch, not the work.
+    """
+
+    def __init__(self, backend: str):
+        self.name = backend
+        if backend == "cpu":
+            self.to = lambda a: a
+            self.sync = lambda: None
+            return
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}")
+        if backend not in getattr(iglu_np.backends, "BACKENDS", {}):
+            raise NotImplementedError(f"backend {backend} does not exist at this commit")
+        if _no_cuda_device():
+            raise NotImplementedError("no GPU on this machine")
+        try:
+            iglu_np.backends._module(backend)
+        except ImportError as e:
+            raise NotImplementedError(f"backend {backend} unavailable: {e}") from None
+        if backend == "numba_cuda":
+            try:
+                from numba import cuda
+            except ImportError:
+                raise NotImplementedError("numba.cuda is not installed") from None
+            if not cuda.is_available():
+                raise NotImplementedError("numba.cuda sees no GPU")
+            self.to = cuda.to_device
+            self.sync = cuda.synchronize
+        else:
+            try:
+                import cupy
+            except ImportError:
+                raise NotImplementedError("cupy is not installed") from None
+            try:
+                if cupy.cuda.runtime.getDeviceCount() < 1:
+                    raise NotImplementedError("cupy sees no GPU")
+            except cupy.cuda.runtime.CUDARuntimeError as e:
+                raise NotImplementedError(f"cupy sees no GPU: {e}") from None
+            self.to = cupy.asarray
+            self.sync = lambda: cupy.cuda.get_current_stream().synchronize()
+
+
+# --------------------------------------------------------------------------- timing
+def best_of(fn, repeats: int) -> float:
+    """Minimum wall time of ``repeats`` calls: the least-disturbed run on a shared box."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def ratio_to(fn, ref, rounds: int = 5, repeats: int = 3) -> float:
+    """``best time of fn / best time of ref``, interleaved in rounds so a burst of
+    load elsewhere on the machine hits both sides alike."""
+    tf = tr = float("inf")
+    for _ in range(rounds):
+        tf = min(tf, best_of(fn, repeats))
+        tr = min(tr, best_of(ref, repeats))
+    return tf / tr

@@ -1,0 +1,65 @@
+"""The numpy trainer (``iglu_np.nn``): one optimisation step and one epoch of an MLP
+on a fixed synthetic problem, for every registered activation (all its parameters
+learnable, so the fused ``backward_params`` path is exercised too).
+
+Skipped (asv's NotImplementedError) at commits where ``iglu_np.nn`` does not import.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import NAMES, SEED, check_coverage, get_act, registry_driven
+
+N_SAMPLES, N_FEATURES, N_CLASSES, BATCH = 2048, 32, 10, 128
+HIDDEN = (64, 64)
+
+
+def _problem():
+    """Classes from a fixed random linear teacher on Gaussian features."""
+    rng = np.random.default_rng(SEED)
+    X = rng.standard_normal((N_SAMPLES, N_FEATURES)).astype(np.float32)
+    W = rng.standard_normal((N_FEATURES, N_CLASSES))
+    y = np.argmax(X @ W + 0.5 * rng.standard_normal((N_SAMPLES, N_CLASSES)), axis=1)
+    return X, y.astype(np.int64)
+
+
+@registry_driven("trainer")
+class Trainer:
+    params = (NAMES,)
+    param_names = ("activation",)
+    repeat = (3, 10, 2.0)
+    timeout = 300.0
+
+    def setup(self, name):
+        act = get_act(name)
+        try:
+            from iglu_np.nn import autodiff as ad
+            from iglu_np.nn.layers import MLP
+            from iglu_np.nn.optim import Adam
+        except (ImportError, AttributeError) as e:
+            raise NotImplementedError(f"iglu_np.nn unavailable at this commit: {e}") from None
+        self.ad = ad
+        self.X, self.y = _problem()
+        self.model = MLP(N_FEATURES, HIDDEN, N_CLASSES, activation=act.name, learnable=True,
+                         rng=SEED)
+        self.opt = Adam(self.model.parameters(), lr=1e-3)
+        self.step(0)  # warm-up: compiles every kernel kind the step uses
+
+    def step(self, start):
+        ad, model, opt = self.ad, self.model, self.opt
+        xb = ad.Tensor(self.X[start:start + BATCH])
+        opt.zero_grad()
+        loss = ad.cross_entropy(model(xb), self.y[start:start + BATCH])
+        loss.backward()
+        opt.step()
+        return loss
+
+    def time_step(self, name):
+        self.step(0)
+
+    def time_epoch(self, name):
+        for start in range(0, N_SAMPLES, BATCH):
+            self.step(start)
+
+
+check_coverage(aspects=("trainer",))
