@@ -499,7 +499,8 @@ class _Softplus(Function):
 
     def backward(self, g):
         xp = array_module(g)
-        return g / (1 + xp.exp(-self.a))
+        # sigmoid(a) through tanh: no overflow of exp(-a) for very negative a.
+        return g * (0.5 + 0.5 * xp.tanh(0.5 * self.a))
 
 
 def softplus(a) -> Tensor:
@@ -510,7 +511,7 @@ def softplus(a) -> Tensor:
 class _Sigmoid(Function):
     def forward(self, a):
         xp = array_module(a)
-        self.s = 1 / (1 + xp.exp(-a))
+        self.s = 0.5 + 0.5 * xp.tanh(0.5 * a)
         return self.s
 
     def backward(self, g):

@@ -1,0 +1,26 @@
+"""``iglu_np.nn``: a minimal numpy autodiff, layers, optimisers and scikit-learn-style
+MLP estimators that train with any registered activation (parameters fixed or learnable).
+
+>>> from iglu_np.nn import MLPClassifier
+>>> clf = MLPClassifier((64,), activation="iglu", activation_params={"sigma": 0.5},
+...                     learnable_activation=True, max_iter=20, random_state=0)
+
+Sub-modules: :mod:`.autodiff` (Tensor and ops), :mod:`.layers` (Linear, ActivationLayer,
+MLP), :mod:`.optim` (SGD, Adam, AdamW, schedules, clipping), :mod:`.estimator`
+(MLPClassifier, MLPRegressor, save/load), :mod:`.data` (long-tailed subsampling,
+digits, balanced metrics), :mod:`.experiments` (the paper's Table 4 in miniature).
+"""
+from . import autodiff, data, layers, optim
+from .autodiff import Tensor, no_grad
+from .data import (balanced_accuracy, load_digits, long_tailed_counts, long_tailed_subsample,
+                   per_class_recall)
+from .estimator import MLPClassifier, MLPRegressor, NotFittedError, load
+from .layers import MLP, ActivationLayer, Dropout, Linear, Sequential
+from .optim import SGD, Adam, AdamW, clip_grad_norm, param_groups
+
+__all__ = [
+    "Tensor", "no_grad", "MLP", "Linear", "ActivationLayer", "Dropout", "Sequential",
+    "SGD", "Adam", "AdamW", "clip_grad_norm", "param_groups", "MLPClassifier", "MLPRegressor",
+    "NotFittedError", "load", "balanced_accuracy", "per_class_recall", "long_tailed_subsample",
+    "long_tailed_counts", "load_digits", "autodiff", "layers", "optim", "data",
+]
