@@ -1,0 +1,164 @@
+"""Algebraic activations built from rational functions and square roots: softsign and
+squareplus (Barron 2021)."""
+import math
+
+from .._spec import Param, define, kernel
+
+
+# --------------------------------------------------------------------------- softsign
+@kernel
+def softsign_f(x):
+    T = type(x)
+    if abs(x) > T(1.0):
+        # 1/(1/x + sign(x)): the limits +-1 at +-inf without inf/inf.
+        return T(1.0) / (T(1.0) / x + math.copysign(T(1.0), x))
+    return x / (T(1.0) + abs(x))  # keeps -0.0 and NaN
+
+
+@kernel
+def softsign_dx(x):
+    T = type(x)
+    w = T(1.0) / (T(1.0) + abs(x))  # squaring w, not (1+|x|), cannot overflow
+    return w * w
+
+
+define(
+    "softsign",
+    summary="Softsign: x/(1 + |x|), a rational sigmoid-shaped squashing function.",
+    formula=r"f(x) = \frac{x}{1 + |x|}",
+    derivative_formula=r"f'(x) = \frac{1}{(1 + |x|)^2}",
+    f=softsign_f,
+    dx=softsign_dx,
+    ref=lambda mp, x: x / (1 + abs(x)) if mp.isfinite(x) else mp.sign(x),
+    ref_dx=lambda mp, x: 1 / (1 + abs(x)) ** 2 if mp.isfinite(x) else mp.zero,
+    notes=(
+        "For |x| > 1 evaluated as 1/(1/x + sign(x)) so that +-inf give +-1 exactly; the "
+        "derivative as w*w with w = 1/(1 + |x|), which underflows gracefully "
+        "instead of overflowing. Smooth at 0: f'(0) = 1."
+    ),
+    special_points=(0.0,),
+    references=("Turian, Bergstra & Bengio, 2009", "torch.nn.functional.softsign"),
+    example=(
+        ">>> iglu_np.softsign(np.array([-3.0, 0.0, 1.0, np.inf]))\n"
+        "array([-0.75,  0.  ,  0.5 ,  1.  ])\n"
+        ">>> iglu_np.softsign.dx(np.array([-3.0, 0.0, 1.0]))\n"
+        "array([0.0625, 1.    , 0.25  ])"
+    ),
+)
+
+
+# --------------------------------------------------------------------------- squareplus
+@kernel
+def _sp_root(x, b):
+    """sqrt(x^2 + b) without overflow of x^2 or underflow of a tiny x^2 (hypot)."""
+    return math.hypot(x, math.sqrt(b))
+
+
+@kernel
+def squareplus_f(x, b):
+    T = type(x)
+    s = _sp_root(x, b)
+    if x < T(0.0):
+        # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
+        return (T(0.5) * b) / (s - x)
+    return T(0.5) * (x + s)
+
+
+@kernel
+def _sp_q(x, b):
+    """(1 - |x|/s)/2 = b/(2 s (s + |x|)): the distance of f' from 0 or 1, cancellation-free."""
+    T = type(x)
+    s = _sp_root(x, b)
+    if s == T(0.0):
+        # x = 0 and b = 0 (ReLU): the convention f'(0) = 1/2, the value for every b > 0.
+        return T(0.5)
+    return T(0.5) * ((b / s) / (s + abs(x)))
+
+
+@kernel
+def squareplus_dx(x, b):
+    T = type(x)
+    q = _sp_q(x, b)
+    if x < T(0.0):
+        return q
+    return T(1.0) - q  # q <= 1/2 here: no cancellation
+
+
+@kernel
+def squareplus_db(x, b):
+    T = type(x)
+    return T(0.25) / _sp_root(x, b)  # +inf at x = b = 0, the true limit
+
+
+def _ref_sp_root(mp, x, b):
+    return mp.sqrt(x * x + b)
+
+
+def _ref_squareplus(mp, x, b):
+    if mp.isinf(x):
+        return x if x > 0 else mp.zero
+    s = _ref_sp_root(mp, x, b)
+    if x < 0:
+        return b / (2 * (s - x))
+    return (x + s) / 2
+
+
+def _ref_squareplus_dx(mp, x, b):
+    if mp.isinf(x):
+        return mp.one if x > 0 else mp.zero
+    s = _ref_sp_root(mp, x, b)
+    if s == 0:
+        return mp.one / 2
+    q = b / (2 * s * (s + abs(x)))
+    return q if x < 0 else 1 - q
+
+
+def _ref_squareplus_db(mp, x, b):
+    if mp.isinf(x):
+        return mp.zero
+    s = _ref_sp_root(mp, x, b)
+    return mp.inf if s == 0 else 1 / (4 * s)
+
+
+_B = Param(
+    "b",
+    4.0,
+    "Curvature near 0: f(0) = sqrt(b)/2; b = 0 is ReLU (jax.nn.squareplus's default 4).",
+    lo=0.0,
+    symbol="b",
+    test_values=(0.0, 1e-4, 1.0, 16.0, 1e4, 2.3),
+)
+
+define(
+    "squareplus",
+    summary="Squareplus: an algebraic softplus, (x + sqrt(x^2 + b))/2.",
+    formula=r"f(x;b) = \frac{x + \sqrt{x^2 + b}}{2}",
+    derivative_formula=(
+        r"\frac{\partial f}{\partial x} = \frac{1}{2}\left(1 + \frac{x}{\sqrt{x^2+b}}\right),\quad"
+        r"\frac{\partial f}{\partial b} = \frac{1}{4\sqrt{x^2+b}}"
+    ),
+    params=[_B],
+    f=squareplus_f,
+    dx=squareplus_dx,
+    dparams={"b": squareplus_db},
+    ref=_ref_squareplus,
+    ref_dx=_ref_squareplus_dx,
+    ref_dparams={"b": _ref_squareplus_db},
+    notes=(
+        "sqrt(x^2 + b) is computed as hypot(x, sqrt(b)): no overflow of x^2 for huge |x| "
+        "and no underflow for tiny x. For x < 0 the value is rationalised to "
+        "b/(2(sqrt(x^2+b) - x)) and the derivative to b/(2s(s + |x|)), so the negative "
+        "tail (~ b/(4|x|) and b/(4x^2)) keeps full relative accuracy instead of "
+        "cancelling. With b = 0 it is ReLU; the derivative at x = 0 is then 1/2 (its "
+        "value for every b > 0) and df/db(0) = +inf."
+    ),
+    special_points=(0.0,),
+    references=("Barron, Squareplus: A Softplus-Like Algebraic Rectifier, arXiv:2112.11687",
+                "jax.nn.squareplus"),
+    example=(
+        ">>> iglu_np.squareplus(np.array([-1.5, 0.0, 1.5]))\narray([0.5, 1. , 2. ])\n"
+        ">>> iglu_np.squareplus(np.array([-1e8]))  # b/(4|x|), no cancellation\n"
+        "array([1.e-08])\n"
+        ">>> iglu_np.squareplus.dx(np.array([0.0, 1e8])).round(6)\narray([0.5, 1. ])"
+    ),
+)
