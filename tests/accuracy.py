@@ -161,7 +161,7 @@ def measure(spec, kind: str, dtype, ufunc=None) -> Result:
         errs = ulp_errors(got, true, scale, dtype)
         n += len(x)
         i = int(np.argmax(errs))
-        if errs[i] > worst.worst or (worst.n == 0):
+        if errs[i] > worst.worst or n == len(x):  # first parameter set, or a new worst
             worst = Result(float(errs[i]), float(x[i]), float(got[i]), float(true[i]), 0)
             worst.params = params
     worst.n = n
