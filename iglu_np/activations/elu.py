@@ -1,0 +1,323 @@
+"""Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
+import math
+
+from .._math import BIG, exp_dw, horner, is_f32, two_prod
+from .._spec import Param, define, kernel
+
+# (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
+# tools/derive_smooth_coefficients.py (relative error 7e-18 resp. 2.5e-9).
+CELU_DALPHA_64 = (
+    -2.6424111765711535681e-1, -1.6060279414278840826e-1, -5.696447062846142819e-2,
+    -1.4639387309374243263e-2, -2.9709240879084293714e-3, -4.9944689573468332212e-4,
+    -7.1744376722876514093e-5, -9.0016207525989588199e-6, -1.0028293032174418656e-6,
+    -1.0047773985968596268e-7, -9.1477226428550262227e-9, -7.630737690861206629e-10,
+    -5.8752233239070044233e-11, -4.266195798922650105e-12, -2.8405605543218173869e-13,
+)
+CELU_DALPHA_32 = (
+    -2.6424111765711535681e-1, -1.60602790549501348e-1, -5.6964470302180706852e-2,
+    -1.4639435192704144129e-2, -2.970928436230072029e-3, -4.9927477999598402278e-4,
+    -7.1728743077956468775e-5, -9.2302892392453726353e-6, -1.0236111796276589871e-6,
+)
+
+# SELU's constants (Klambauer et al. 2017, as PyTorch spells them) and their product, each
+# split hi + lo per dtype: a float32 constant alone is off by up to 0.5 ulp before any
+# arithmetic. lo = round(c - hi); computed with mpmath at 50 digits.
+SELU_SCALE = "1.0507009873554804934193349852946"
+SELU_ALPHA = "1.6732632423543772848170429916717"
+SELU_L_HI64, SELU_L_LO64 = 1.0507009873554805, 3.9874847667154144e-17
+SELU_L_HI32, SELU_L_LO32 = 1.0507010221481323, -3.479265231476347e-08
+SELU_LA_HI64, SELU_LA_LO64 = 1.7580993408473768, 1.41535193800845e-17
+SELU_LA_HI32, SELU_LA_LO32 = 1.7580993175506592, 2.3296717444054593e-08
+
+_ALPHA_DOC = "Saturation value -alpha of the negative branch."
+
+
+def _alpha_param(doc):
+    return Param(
+        "alpha",
+        1.0,
+        doc,
+        lo=0.0,
+        lo_open=True,
+        symbol=r"\alpha",
+        test_values=(0.1, 0.5, 2.0, 10.0, 1e3, 0.37),
+    )
+
+
+# --------------------------------------------------------------------------- ELU
+@kernel
+def elu_f(x, alpha):
+    T = type(x)
+    if x > T(0.0):
+        return x
+    return alpha * math.expm1(x)
+
+
+@kernel
+def elu_dx(x, alpha):
+    T = type(x)
+    if x > T(0.0):
+        return T(1.0)
+    return alpha * math.exp(x)
+
+
+@kernel
+def elu_dalpha(x, alpha):
+    T = type(x)
+    if x > T(0.0):
+        return T(0.0)
+    return math.expm1(x)
+
+
+# --------------------------------------------------------------------------- CELU
+@kernel
+def _div_dw(x, a):
+    """x/a as a dw pair (q, ql): the remainder x - q a is exact (Dekker product, and
+    x - p is exact because p is within an ulp or two of x)."""
+    T = type(x)
+    q = x / a
+    if not (abs(q) < T(BIG)):
+        return q, T(0.0)  # inf (or a huge tail where q's low part is irrelevant)
+    p, e = two_prod(q, a)
+    return q, ((x - p) - e) / a
+
+
+@kernel
+def celu_f(x, alpha):
+    T = type(x)
+    if x >= T(0.0):
+        return x  # both branches give x = +-0 at 0; this keeps celu(-0.0) = -0.0
+    q, ql = _div_dw(x, alpha)
+    m = math.expm1(q)
+    if m == T(-1.0):
+        return -alpha  # also at x = -inf, where the correction below would be 0 * inf
+    # expm1(q + ql) = m + e^q ql: q's rounding would cost up to 1/2 ulp near q = 0.
+    return alpha * (m + (T(1.0) + m) * ql)
+
+
+@kernel
+def celu_dx(x, alpha):
+    T = type(x)
+    if x > T(0.0):
+        return T(1.0)
+    q, ql = _div_dw(x, alpha)
+    # exp(x/alpha) has condition |x/alpha|: the dw quotient keeps it exact in the tail.
+    return exp_dw(q, ql)
+
+
+@kernel
+def celu_dalpha(x, alpha):
+    T = type(x)
+    if x > T(0.0):
+        return T(0.0)
+    q, ql = _div_dw(x, alpha)
+    if q >= T(-2.0):
+        # expm1(q) - q e^q ~ -q^2/2 cancels: q^2 P(q + 1) instead (q + 1 exact for q <= -1/2).
+        qq, qe = two_prod(q, q)
+        q2 = qq + (qe + T(2.0) * q * ql)
+        if is_f32(x):
+            p = horner(q + T(1.0), CELU_DALPHA_32)
+        else:
+            p = horner(q + T(1.0), CELU_DALPHA_64)
+        return q2 * p
+    m = math.expm1(q)
+    e = math.exp(q)
+    if e == T(0.0):
+        return m  # q e^q -> 0, but -inf * 0 would be NaN
+    # k(q + ql) = k(q) + k'(q) ql with k' = -q e^q.
+    return m - (q * e) * (T(1.0) + ql)
+
+
+# --------------------------------------------------------------------------- SELU
+@kernel
+def selu_f(x):
+    T = type(x)
+    if x > T(0.0):
+        if is_f32(x):
+            hi, lo = T(SELU_L_HI32), T(SELU_L_LO32)
+        else:
+            hi, lo = T(SELU_L_HI64), T(SELU_L_LO64)
+        if math.isinf(x):
+            return x
+        p, e = two_prod(x, hi)
+        return p + (e + x * lo)
+    if is_f32(x):
+        hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
+    else:
+        hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
+    m = math.expm1(x)
+    p, e = two_prod(m, hi)
+    return p + (e + m * lo)
+
+
+@kernel
+def selu_dx(x):
+    T = type(x)
+    if x > T(0.0):
+        if is_f32(x):
+            return T(SELU_L_HI32)
+        return T(SELU_L_HI64)
+    if is_f32(x):
+        hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
+    else:
+        hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
+    e = math.exp(x)
+    p, r = two_prod(e, hi)
+    return p + (r + e * lo)
+
+
+# --------------------------------------------------------------------------- references
+def _ref_elu(mp, x, a):
+    if x > 0:
+        return x
+    return -a if mp.isinf(x) else a * mp.expm1(x)
+
+
+def _ref_elu_dx(mp, x, a):
+    return mp.one if x > 0 else a * mp.exp(x)
+
+
+def _ref_elu_da(mp, x, a):
+    if x > 0:
+        return mp.zero
+    return -mp.one if mp.isinf(x) else mp.expm1(x)
+
+
+def _ref_celu(mp, x, a):
+    if x > 0:
+        return x
+    return -a if mp.isinf(x) else a * mp.expm1(x / a)
+
+
+def _ref_celu_dx(mp, x, a):
+    return mp.one if x > 0 else mp.exp(x / a)
+
+
+def _ref_celu_da(mp, x, a):
+    if x > 0 or x == 0:
+        return mp.zero
+    if mp.isinf(x):
+        return -mp.one
+    q = x / a
+    # expm1(q) - q e^q ~ -q^2/2 loses 2 log10(1/|q|) digits near 0: work with that many more.
+    extra = max(0, int(-2 * mp.log10(abs(q)))) + 10
+    with mp.extradps(extra):
+        return +(mp.expm1(q) - q * mp.exp(q))
+
+
+def _selu_consts(mp):
+    return mp.mpf(SELU_SCALE), mp.mpf(SELU_ALPHA)
+
+
+def _ref_selu(mp, x):
+    lam, al = _selu_consts(mp)
+    if x > 0:
+        return lam * x
+    return -lam * al if mp.isinf(x) else lam * al * mp.expm1(x)
+
+
+def _ref_selu_dx(mp, x):
+    lam, al = _selu_consts(mp)
+    return lam if x > 0 else lam * al * mp.exp(x)
+
+
+_KINK_NOTE = (
+    "At the kink x = 0 the derivatives take the negative branch, as PyTorch's "
+    "elu_backward does (it tests x <= 0)"
+)
+
+define(
+    "elu",
+    summary="Exponential Linear Unit.",
+    formula=r"\mathrm{ELU}(x;\alpha) = \begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases}",
+    derivative_formula=(
+        r"\frac{\partial f}{\partial x} = \begin{cases} 1 & x > 0\\ \alpha e^{x} & x \le 0\end{cases},\quad"
+        r"\frac{\partial f}{\partial \alpha} = \begin{cases} 0 & x > 0\\ e^{x} - 1 & x \le 0\end{cases}"
+    ),
+    params=[_alpha_param(_ALPHA_DOC)],
+    f=elu_f,
+    dx=elu_dx,
+    dparams={"alpha": elu_dalpha},
+    ref=_ref_elu,
+    ref_dx=_ref_elu_dx,
+    ref_dparams={"alpha": _ref_elu_da},
+    special_points=(0.0,),
+    notes=(
+        "The negative branch uses expm1, exact near 0 where exp(x) - 1 cancels. "
+        + _KINK_NOTE + ": elu'(0) = alpha, d/dalpha elu(0) = 0. elu(-0.0) = -0.0. "
+        "alpha > 0 here (PyTorch accepts any alpha; a negative one is not an ELU)."
+    ),
+    references=("Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by "
+                "Exponential Linear Units (ELUs), arXiv:1511.07289",),
+    example=(
+        ">>> iglu_np.elu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.632121,  0.      ,  1.      ])\n"
+        ">>> iglu_np.elu.dx(np.array([0.0]), alpha=2.0)  # PyTorch's kink convention\narray([2.])"
+    ),
+)
+
+define(
+    "celu",
+    summary="Continuously differentiable ELU: ELU with the input scaled by 1/alpha.",
+    formula=(
+        r"\mathrm{CELU}(x;\alpha) = \max(0, x) + \min\bigl(0, \alpha\,(e^{x/\alpha} - 1)\bigr)"
+    ),
+    derivative_formula=(
+        r"\frac{\partial f}{\partial x} = \begin{cases} 1 & x > 0\\ e^{x/\alpha} & x \le 0\end{cases},\quad"
+        r"\frac{\partial f}{\partial \alpha} = \begin{cases} 0 & x > 0\\"
+        r" e^{x/\alpha} - 1 - \frac{x}{\alpha} e^{x/\alpha} & x \le 0\end{cases}"
+    ),
+    params=[_alpha_param(_ALPHA_DOC + " Also the inverse input scale of that branch.")],
+    f=celu_f,
+    dx=celu_dx,
+    dparams={"alpha": celu_dalpha},
+    ref=_ref_celu,
+    ref_dx=_ref_celu_dx,
+    ref_dparams={"alpha": _ref_celu_da},
+    special_points=(0.0,),
+    notes=(
+        "q = x/alpha is carried as a double-word pair (Dekker remainder): exp(x/alpha) in the "
+        "derivative has condition |x/alpha|, and expm1 is corrected by e^q times the low "
+        "part. The alpha-derivative expm1(q) - q e^q ~ -q^2/2 cancels for |q| <= 2; there it "
+        "is q^2 P(q + 1) with a fitted polynomial (tools/derive_smooth_coefficients.py). "
+        + _KINK_NOTE + " (PyTorch implements CELU as ELU with input scale 1/alpha): "
+        "celu'(0) = 1 from both sides."
+    ),
+    references=("Barron, Continuously Differentiable Exponential Linear Units, arXiv:1704.07483",),
+    example=(
+        ">>> iglu_np.celu(np.array([-1.0, 0.0, 1.0]), alpha=2.0).round(6)\n"
+        "array([-0.786939,  0.      ,  1.      ])\n"
+        ">>> iglu_np.celu.dparams(np.array([-1.0]), alpha=2.0)['alpha'].round(6)\n"
+        "array([-0.090204])"
+    ),
+)
+
+define(
+    "selu",
+    summary="Scaled ELU, the self-normalising activation.",
+    formula=(
+        r"\mathrm{SELU}(x) = \lambda\begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases},"
+        r"\quad \lambda = 1.0507009873554804934\ldots,\ \alpha = 1.6732632423543772848\ldots"
+    ),
+    derivative_formula=(
+        r"\mathrm{SELU}'(x) = \begin{cases} \lambda & x > 0\\ \lambda\alpha e^{x} & x \le 0\end{cases}"
+    ),
+    f=selu_f,
+    dx=selu_dx,
+    ref=lambda mp, x: _ref_selu(mp, x),
+    ref_dx=lambda mp, x: _ref_selu_dx(mp, x),
+    special_points=(0.0,),
+    notes=(
+        "PyTorch's constants scale = " + SELU_SCALE + " and alpha = " + SELU_ALPHA + " "
+        "are used to all their digits: lambda and lambda*alpha are each a hi + lo pair per "
+        "dtype, multiplied in with a Dekker product, so float32 results are not off by the "
+        "float32 rounding of the constants. " + _KINK_NOTE + ": selu'(0) = lambda*alpha "
+        "= 1.7580993408473768... (PyTorch's float64 product of the rounded constants is "
+        "1 ulp lower)."
+    ),
+    references=("Klambauer, Unterthiner, Mayr & Hochreiter, Self-Normalizing Neural Networks, "
+                "arXiv:1706.02515",),
+    example=(
+        ">>> iglu_np.selu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-1.111331,  0.      ,  1.050701])\n"
+        ">>> iglu_np.selu.dx(np.array([0.0, 1.0])).round(6)\narray([1.758099, 1.050701])"
+    ),
+)
