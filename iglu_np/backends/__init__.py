@@ -22,6 +22,7 @@ BACKENDS = {
     "cupy": "iglu_np.backends.cupy_backend",
     "numba_cuda": "iglu_np.backends.numba_cuda",
     "dask": "iglu_np.backends.dask_backend",
+    "xarray": "iglu_np.backends.xarray_backend",
 }
 
 

@@ -20,6 +20,7 @@ kind       inputs                 value
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .._spec import REGISTRY
+from . import _rebind
 from ._rebind import Rebinder
 
 _PKG_DIR = Path(__file__).resolve().parent.parent
@@ -54,7 +56,10 @@ def source_hash() -> str:
     if h is None:
         import numba
 
+        from .. import _vmath
+
         d = hashlib.sha256(numba.__version__.encode())
+        d.update(b"vmath" if _vmath.enabled() else b"libm")  # IGLU_NP_VMATH=0 compiles apart
         for p in sorted(_PKG_DIR.rglob("*.py")):
             d.update(str(p.relative_to(_PKG_DIR)).encode())
             d.update(p.read_bytes())
@@ -86,14 +91,38 @@ def _gen_dir() -> Path:
     raise RuntimeError("iglu_np: no writable cache directory (set IGLU_NP_CACHE_DIR)")
 
 
+class _CpuRebinder(Rebinder):
+    """Rebinds ``math`` too: to :data:`iglu_np._vmath.MATH`, whose elementary functions
+    vectorise (libm's are scalar calls that keep every loop scalar)."""
+
+    def __init__(self, jit, math_ns):
+        super().__init__(jit)
+        self._math_ns = math_ns
+
+    def rebound(self, fn):
+        nf = super().rebound(fn)
+        if self._math_ns is not None:
+            g = nf.__globals__  # the private copy made by Rebinder.rebound
+            for name in _rebind._global_names(fn.__code__):
+                if g.get(name) is math:
+                    g[name] = self._math_ns
+        return nf
+
+
 def _rebinder() -> Rebinder:
     rb = _state.get("rebinder")
     if rb is None:
         import numba
 
-        # inline='always' lets LLVM see through helpers (needed for SIMD later) and keeps
-        # each ufunc a single self-contained object for the on-disk cache.
-        rb = _state["rebinder"] = Rebinder(lambda f: numba.njit(inline="always", cache=False)(f))
+        from .. import _vmath
+
+        # inline='always' lets LLVM see through helpers (needed for SIMD) and keeps each
+        # ufunc a single self-contained object for the on-disk cache. error_model='numpy':
+        # a division by zero gives inf/nan instead of a branch to raise (no SIMD then).
+        rb = _state["rebinder"] = _CpuRebinder(
+            lambda f: numba.njit(inline="always", error_model="numpy", cache=False)(f),
+            _vmath.MATH if _vmath.enabled() else None,
+        )
     return rb
 
 
@@ -162,7 +191,23 @@ def get_ufunc(name: str, kind: str) -> np.ufunc:
         u = du.ufunc if hasattr(du, "ufunc") else du
         try:
             u.__name__ = f"iglu_np_{name}_{kind}"
+            u.__module__ = __name__  # pickles by name via __getattr__ below (dask workers)
         except (AttributeError, TypeError):
             pass
         _state[key] = u
         return u
+
+
+def __getattr__(attr):
+    # numpy pickles a ufunc as its __name__ looked up in its __module__: resolving
+    # ``iglu_np_<activation>_<kind>`` here lets dask.distributed / multiprocessing workers
+    # rebuild raw ufuncs (compiled there or loaded from Numba's cache).
+    if attr.startswith("iglu_np_"):
+        from .._api import _acts
+
+        rest = attr[len("iglu_np_"):]
+        for name in _acts():
+            kind = rest[len(name) + 1:]
+            if rest.startswith(name + "_") and kind in kernel_kinds(REGISTRY[name]):
+                return get_ufunc(name, kind)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
