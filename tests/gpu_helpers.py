@@ -294,10 +294,11 @@ def ulp_diff(a, b) -> np.ndarray:
     b = np.asarray(b).astype(a.dtype)
     both_nan = np.isnan(a) & np.isnan(b)
     same = (a == b) | both_nan
-    f32 = a.dtype == np.float32
-    mask = np.int64(0x7FFFFFFF if f32 else 0x7FFFFFFFFFFFFFFF)
-    ia = a.view(np.int32 if f32 else np.int64).astype(np.int64)
-    ib = b.view(np.int32 if f32 else np.int64).astype(np.int64)
+    bits = {2: (np.int16, 0x7FFF), 4: (np.int32, 0x7FFFFFFF), 8: (np.int64, 0x7FFFFFFFFFFFFFFF)}
+    ity, m = bits[a.dtype.itemsize]
+    mask = np.int64(m)
+    ia = a.view(ity).astype(np.int64)
+    ib = b.view(ity).astype(np.int64)
     # sign-magnitude -> a monotone integer line, so differences count ulps across zero
     ia = np.where(ia < 0, -(ia & mask), ia)
     ib = np.where(ib < 0, -(ib & mask), ib)
@@ -315,3 +316,21 @@ def sweep_points(dtype) -> np.ndarray:
     pts = np.concatenate([mags, -mags, near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan]])
     with np.errstate(under="ignore"):
         return pts.astype(dt)
+
+
+def global_loads_stores(ptx: str, entry: str | None = None):
+    """(loads, stores) of array data in a kernel: global or generic (not param/shared/local)."""
+    ops = ptx_instructions(ptx, entry)
+    loads = sum(1 for o in ops if o.startswith("ld.") and not o.startswith(("ld.param", "ld.local", "ld.shared", "ld.const")))
+    stores = sum(1 for o in ops if o.startswith("st.") and not o.startswith(("st.param", "st.local", "st.shared")))
+    return loads, stores
+
+
+def assert_single_pass(ptx: str, n_inputs: int, what: str, entry: str | None = None):
+    """One load per input and one store per element. The compiler may unroll the
+    grid-stride loop (k copies of the body, plus a remainder), so the static counts are
+    k*n_inputs loads for k stores."""
+    loads, stores = global_loads_stores(ptx, entry)
+    assert stores >= 1 and loads == n_inputs * stores, (
+        f"{what}: {loads} loads for {stores} stores, expected {n_inputs} per store"
+    )

@@ -1,0 +1,569 @@
+"""Numba CUDA backend (the ``numba-cuda`` package).
+
+Each spec's scalar kernels (the same Python source as the CPU ufuncs) are compiled as
+``cuda.jit(device=True, inline=True)`` device functions through
+:class:`~iglu_np.backends._rebind.Rebinder`, and called from explicit grid-stride
+``@cuda.jit`` kernels generated per (activation, kind, compute dtype, which parameters
+are arrays, number of dimensions):
+
+* 64-bit indexing (``cuda.grid(1)`` is int64, so is the loop bound);
+* scalar parameters are kernel arguments; array parameters (per-channel sigma ...) and
+  broadcast operands are stride-0 views, so nothing is materialised;
+* operands are viewed at the broadcast shape and adjacent dimensions that are contiguous
+  in *every* operand are merged: the usual case (same-shape contiguous arrays, scalar
+  parameters) runs as a 1-D C-contiguous kernel; strided inputs keep their strides (no
+  copies) and index through the few dimensions left;
+* the launch goes to the input's stream (the ``__cuda_array_interface__`` stream of a
+  CuPy array or torch tensor, the bound stream of a Numba array, else the default);
+* float16 data is loaded as float16, computed in float32 and stored as float16;
+* ``backward_params`` is one fused pass per parameter: g * df/dp accumulated in float64
+  (per-thread sums, a shared-memory block sum, one atomic per block for a scalar
+  parameter; atomics into the parameter-shaped accumulator for an array parameter).
+
+Inputs: Numba device arrays and any object with ``__cuda_array_interface__`` (CuPy,
+torch CUDA tensors ...), used in place. Outputs have the input's type when it is CuPy or
+torch (zero-copy wrappers), else Numba device arrays.
+
+Nothing here imports numba.cuda before it is needed: ``handles`` and ``status`` work
+without it.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from .._math import BIG
+from .._spec import REGISTRY
+
+__all__ = ["handles", "status", "run", "device_function", "kernel_python", "compile_ptx", "simulator"]
+
+THREADS = 256  # per block on a GPU; also the shared-memory size of the reduction
+SIM_THREADS = 8  # the simulator runs one Python thread per CUDA thread: keep it small
+BLOCKS_PER_SM = 32
+
+_lock = threading.RLock()
+_state: dict = {}
+
+
+# --------------------------------------------------------------------------- discovery
+def handles(array) -> bool:
+    """Numba device arrays and any ``__cuda_array_interface__`` object (no import needed)."""
+    if getattr(type(array), "__cuda_ndarray__", False):
+        return True
+    try:
+        return hasattr(array, "__cuda_array_interface__")
+    except Exception:  # a host tensor type that raises something else than AttributeError
+        return False
+
+
+def _cuda():
+    from numba import cuda
+
+    return cuda
+
+
+def simulator() -> bool:
+    """True under ``NUMBA_ENABLE_CUDASIM=1`` (kernels run as Python on the CPU)."""
+    from numba.cuda.core import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def status():
+    """(usable, reason) for ``iglu-np info``."""
+    try:
+        import numba_cuda
+    except ImportError:
+        return False, "numba-cuda not installed (pip install 'iglu-np[cuda12]' or '[cuda13]')"
+    ver = getattr(numba_cuda, "__version__", "?")
+    try:
+        cuda = _cuda()
+        if simulator():
+            return True, f"numba-cuda {ver}, CUDA simulator (NUMBA_ENABLE_CUDASIM=1): slow, for tests"
+        dev = cuda.get_current_device()
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return False, f"numba-cuda {ver} installed, but no usable CUDA GPU/driver ({msg})"
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    cc = ".".join(map(str, dev.compute_capability))
+    return True, f"numba-cuda {ver}, {name} (compute capability {cc})"
+
+
+# --------------------------------------------------------------------------- device functions
+def _two_prod_fma(a, b):
+    # _math.two_prod with the exact FMA error term (one instruction instead of Dekker's 17);
+    # same guard, so results agree with the CPU wherever Dekker's term is exact.
+    T = type(a)
+    p = a * b
+    e = _fma(a, b, -p)
+    if not (abs(a) < T(BIG) and abs(b) < T(BIG)) or not (abs(p) < T(BIG)):
+        e = T(0.0)
+    return p, e
+
+
+def _horner_intrinsic():
+    """``_math.horner`` for the GPU as a Numba intrinsic: the coefficient tuple is unrolled
+    at compile time with static element reads. The plain loop indexes the tuple with a
+    runtime k, which Numba lowers to a switch that NVVM does not unroll (iglu.dx was 864
+    PTX instructions with ~400 branches; unrolled it is straight-line FMAs). Same operation
+    order as the Python helper: r = T(c[n-1]); r = r*v + T(c[k])."""
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def horner_unrolled(typingctx, v, coeffs):
+        if not isinstance(v, types.Float) or not isinstance(coeffs, types.BaseTuple):
+            return None
+        n = len(coeffs)
+        if n == 0:
+            return None
+
+        def codegen(context, builder, sig, args):
+            vv, cc = args
+
+            def coef(k):
+                return context.cast(builder, builder.extract_value(cc, k), coeffs[k], v)
+
+            r = coef(n - 1)
+            for k in range(n - 2, -1, -1):
+                r = builder.fadd(builder.fmul(r, vv), coef(k))
+            return r
+
+        return v(v, coeffs), codegen
+
+    return horner_unrolled
+
+
+def _rebinder():
+    rb = _state.get("rebinder")
+    if rb is None:
+        from .. import _math
+        from ._rebind import Rebinder
+
+        cuda = _cuda()
+        dev = cuda.jit(device=True, inline=True)
+        overrides = {}
+        if not simulator():  # the simulator's fma is a*b + c, unfused: keep Dekker there
+            globals()["_fma"] = cuda.fma
+            overrides[_math.two_prod] = dev(_two_prod_fma)
+            overrides[_math.horner] = _horner_intrinsic()
+        rb = _state["rebinder"] = Rebinder(dev, overrides)
+    return rb
+
+
+def device_function(name: str, which: str):
+    """Device function for kernel ``which`` (``"f"``, ``"dx"`` or ``"d<param>"``) of ``name``."""
+    spec = REGISTRY[name]
+    fns = spec.kernels()
+    if which not in fns:
+        raise KeyError(f"{name}: no scalar kernel {which!r}; expected one of {sorted(fns)}")
+    with _lock:
+        return _rebinder()(fns[which])
+
+
+# --------------------------------------------------------------------------- kernel generation
+def _kinds(spec) -> list:
+    kinds = ["fwd", "dx", "bwd"]
+    for p in spec.param_names:
+        kinds += ["d_" + p, "bwd_" + p, "sum_" + p]
+    return kinds
+
+
+def _source(spec, kind, arrays, ndim, scalar_sum):
+    """Python source of the kernel; ``arrays[k]`` says whether parameter k is an array."""
+    params = spec.param_names
+    two = kind.startswith(("bwd", "sum"))
+    data = ["x", "g"] if two else ["x"]
+    pn = [f"p{k}" for k in range(len(params))]
+    if ndim == 1:
+        idx, decomp = "i", []
+    else:
+        js = [f"j{k}" for k in range(ndim)]
+        idx = ", ".join(js)
+        decomp = ["r = i"]
+        for k in range(ndim - 1, 0, -1):
+            decomp += [f"j{k} = r % x.shape[{k}]", f"r = r // x.shape[{k}]"]
+        decomp.append("j0 = r")
+    pv = [f"_CT({p}[{idx}])" if a else p for p, a in zip(pn, arrays)]
+    call = f"_fn(_CT(x[{idx}]), {', '.join(pv)})" if pv else f"_fn(_CT(x[{idx}]))"
+    val = f"_CT(g[{idx}]) * {call}" if two else call
+    sig = ["n", *data, *pn]
+    body = []
+    if kind.startswith("sum") and scalar_sum:
+        sig.append("acc")
+        body = ["s = _ACC(0.0)", "while i < n:", *["    " + d for d in decomp],
+                f"    s += _ACC({val})", "    i += st",
+                "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x", "buf[t] = s",
+                "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
+                "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
+                "    w //= 2", "if t == 0:", "    cuda.atomic.add(acc, 0, buf[0])"]
+    elif kind.startswith("sum"):
+        sig.append("acc")
+        aidx = idx if ndim == 1 else f"({idx})"
+        body = ["while i < n:", *["    " + d for d in decomp],
+                f"    cuda.atomic.add(acc, {aidx}, _ACC({val}))", "    i += st"]
+    else:
+        sig.append("out")
+        body = ["while i < n:", *["    " + d for d in decomp], f"    out[{idx}] = {val}",
+                "    i += st"]
+    fname = f"iglu_np_{spec.name}_{kind.replace('_', '')}"
+    lines = [f"def {fname}({', '.join(sig)}):", "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"]
+    lines += ["    " + b for b in body]
+    return fname, "\n".join(lines) + "\n"
+
+
+def _which(kind):
+    if kind in ("fwd",):
+        return "f"
+    if kind in ("dx", "bwd"):
+        return "dx"
+    return "d" + kind.split("_", 1)[1]
+
+
+def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
+    """The plain-Python kernel (globals bound to device functions), before ``cuda.jit``.
+
+    ``kind``: fwd, dx, bwd, d_<p>, bwd_<p>, or sum_<p> (the fused backward_params
+    reduction). ``arrays``: per parameter, whether it is passed as an array (default: all
+    scalars). ``scalar_sum`` (sum_ kinds): reduce into one value (default: when the
+    parameter is a scalar).
+    """
+    spec = REGISTRY[name]
+    if kind not in _kinds(spec):
+        raise KeyError(f"{name}: no kernel kind {kind!r}; expected one of {_kinds(spec)}")
+    compute = np.dtype(compute)
+    if compute not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"compute dtype must be float32 or float64, got {compute}")
+    arrays = tuple(bool(a) for a in (arrays or (False,) * len(spec.params)))
+    if kind.startswith("sum"):
+        k = spec.param_names.index(kind[4:])
+        scalar_sum = (not arrays[k]) if scalar_sum is None else bool(scalar_sum)
+    else:
+        scalar_sum = False
+    key = ("py", name, kind, compute.name, arrays, ndim, scalar_sum)
+    fn = _state.get(key)
+    if fn is not None:
+        return fn
+    with _lock:
+        cuda = _cuda()
+        fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
+        g = {
+            "cuda": cuda,
+            "_fn": device_function(name, _which(kind)),
+            "_CT": compute.type,
+            "_ACC": np.float64,
+            "_BLOCK": SIM_THREADS if simulator() else THREADS,
+        }
+        exec(compile(src, f"<iglu_np.backends.numba_cuda {fname}>", "exec"), g)
+        fn = _state[key] = g[fname]
+        fn.__iglu_np_source__ = src
+        return fn
+
+
+def _kernel(name, kind, compute, arrays, ndim, scalar_sum=None):
+    key = ("jit", name, kind, np.dtype(compute).name, tuple(arrays), ndim, scalar_sum)
+    k = _state.get(key)
+    if k is None:
+        with _lock:
+            k = _state.get(key)
+            if k is None:
+                py = kernel_python(name, kind, compute, arrays, ndim, scalar_sum)
+                k = _state[key] = _cuda().jit(py)
+    return k
+
+
+def signature(name, kind, dtype, arrays=None, ndim=1, data_dtype=None, scalar_sum=None):
+    """Numba signature of a kernel for :func:`compile_ptx`: contiguous data and output of
+    ``data_dtype`` (default: the compute dtype), broadcast ('A') parameter arrays."""
+    from numba.core import types
+    from numba.np.numpy_support import from_dtype
+
+    spec = REGISTRY[name]
+    cdt = np.dtype(dtype)
+    ddt = np.dtype(data_dtype or cdt)
+    arrays = tuple(arrays or (False,) * len(spec.params))
+    ct = from_dtype(cdt)
+    dt = from_dtype(ddt)
+    lay = "C" if ndim == 1 else "A"
+    args = [types.int64, types.Array(dt, ndim, lay)]
+    if kind.startswith(("bwd", "sum")):
+        args.append(types.Array(dt, ndim, lay))
+    args += [types.Array(ct, ndim, "A") if a else ct for a in arrays]
+    if kind.startswith("sum"):
+        k = spec.param_names.index(kind[4:])
+        ss = (not arrays[k]) if scalar_sum is None else scalar_sum
+        args.append(types.Array(types.float64, 1, "C") if ss else types.Array(types.float64, ndim, "A"))
+    else:
+        args.append(types.Array(dt, ndim, lay))
+    return types.void(*args)
+
+
+def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None):
+    """PTX of a kernel for compute capability ``cc``; works without a GPU (needs the NVVM
+    wheel, e.g. ``numba-cuda[cu13]``)."""
+    cuda = _cuda()
+    py = kernel_python(name, kind, dtype, arrays, ndim)
+    sig = signature(name, kind, dtype, arrays, ndim, data_dtype)
+    ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
+    return ptx
+
+
+# --------------------------------------------------------------------------- arrays
+def _as_device(cuda, obj):
+    if getattr(type(obj), "__cuda_ndarray__", False):
+        return obj
+    # sync=False: we launch on the stream the producer named (see _stream), so ordering holds
+    return cuda.as_cuda_array(obj, sync=False)
+
+
+def _stream(cuda, objs):
+    if simulator():
+        return cuda.default_stream()
+    for o in objs:
+        if getattr(type(o), "__cuda_ndarray__", False):
+            if o.stream:
+                return o.stream
+            continue
+        ptr = o.__cuda_array_interface__.get("stream")
+        if ptr is not None:
+            return cuda.external_stream(ptr)
+    return cuda.default_stream()
+
+
+def _view(dev, shape, strides):
+    """A view of ``dev`` with new shape/strides over the same memory (stride 0 = broadcast)."""
+    if simulator():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        a = np.lib.stride_tricks.as_strided(dev._ary, shape, strides)
+        return FakeCUDAArray(a, stream=dev.stream)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape, strides, dev.dtype, stream=dev.stream, gpu_data=dev.gpu_data)
+
+
+def _broadcast_strides(what, dev, shape):
+    nd = len(shape)
+    if dev.ndim > nd:
+        raise ValueError(f"{what} has more dimensions than the result {shape}")
+    dshape = (1,) * (nd - dev.ndim) + tuple(dev.shape)
+    dstr = (0,) * (nd - dev.ndim) + tuple(dev.strides)
+    if any(s < 0 for s in dstr):
+        raise ValueError(
+            f"{what} has negative strides, which the numba_cuda backend does not index; "
+            "pass a contiguous copy"
+        )
+    out = []
+    for n, dn, s in zip(shape, dshape, dstr):
+        if dn == n:
+            out.append(s if n != 1 else 0)
+        elif dn == 1:
+            out.append(0)
+        else:
+            raise ValueError(f"{what} of shape {tuple(dev.shape)} does not broadcast to {shape}")
+    return out
+
+
+def collapse(shape, strides_list):
+    """Merge adjacent dims contiguous in every operand; drop length-1 dims. Returns
+    (shape, strides_list) with at least one dim."""
+    keep = [k for k, n in enumerate(shape) if n != 1]
+    shape = [shape[k] for k in keep]
+    strides_list = [[s[k] for k in keep] for s in strides_list]
+    if not shape:
+        return (1,), [(0,) for _ in strides_list]
+    cs, cst = [shape[-1]], [[s[-1]] for s in strides_list]
+    for k in range(len(shape) - 2, -1, -1):
+        if all(s[k] == c[0] * cs[0] for s, c in zip(strides_list, cst)):
+            cs[0] *= shape[k]
+        else:
+            cs.insert(0, shape[k])
+            for s, c in zip(strides_list, cst):
+                c.insert(0, s[k])
+    return tuple(cs), [tuple(c) for c in cst]
+
+
+def _launch_dims(cuda, n, reduction=False):
+    if simulator():
+        threads = SIM_THREADS
+        return max(1, min(3, -(-n // threads))), threads
+    sms = _state.get("sms")
+    if sms is None:
+        sms = _state["sms"] = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return max(1, min(-(-n // THREADS), sms * BLOCKS_PER_SM)), THREADS
+
+
+def _like(template, dev):
+    mod = type(template).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+
+        return cupy.asarray(dev)
+    if mod == "torch":
+        import torch
+
+        return torch.as_tensor(dev, device=template.device)
+    return dev
+
+
+def _device_ctx(cuda, obj):
+    """Context manager selecting the device of a CuPy/torch input (no-op otherwise)."""
+    import contextlib
+
+    mod = type(obj).__module__.split(".")[0]
+    idx = None
+    if mod == "cupy":
+        idx = obj.device.id
+    elif mod == "torch":
+        idx = obj.device.index
+    if idx is None or simulator():
+        return contextlib.nullcontext()
+    return cuda.gpus[idx]
+
+
+def _to_host(cuda, v):
+    dev = _as_device(cuda, v)
+    return dev.copy_to_host()
+
+
+# --------------------------------------------------------------------------- run
+_DATA_NAMES = ("x", "grad_out")
+
+
+def run(act, kind, data, params, out):
+    """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
+    from .._api import _all_half, _compute_dtype
+
+    cuda = _cuda()
+    name = act.name
+    spec = act.spec
+    for nm, d in zip(_DATA_NAMES, data):
+        if not handles(d):
+            raise TypeError(
+                f"{name}: {nm} is a host {type(d).__name__} but the numba_cuda backend needs "
+                "device arrays for x and grad_out (move it with numba.cuda.to_device or "
+                "cupy.asarray); parameters may be host values"
+            )
+    devs = [_as_device(cuda, d) for d in data]
+    cdt = None
+    for nm, d in zip(_DATA_NAMES, devs):
+        dt = _compute_dtype(name, nm, np.dtype(d.dtype))
+        cdt = dt if cdt is None else np.promote_types(cdt, dt)
+    odt = np.dtype(np.float16) if (cdt == np.float32 and _all_half(devs)) else cdt
+
+    # Parameters: validated on the host (device arrays via a small copy, which synchronises),
+    # then passed as compute-dtype scalars or device arrays.
+    host_params, dev_params = {}, {}
+    for k, v in params.items():
+        if handles(v):
+            dev_params[k] = _as_device(cuda, v)
+            host_params[k] = dev_params[k].copy_to_host()
+        else:
+            host_params[k] = v
+    vals = act._param_values(host_params)
+    stream = _stream(cuda, [*data])
+    pargs, arrays = [], []
+    for p, v in zip(act.param_names, vals):
+        if p in dev_params:
+            pargs.append(dev_params[p])
+            arrays.append(True)
+        elif np.ndim(v) == 0:
+            pargs.append(cdt.type(v))
+            arrays.append(False)
+        else:
+            pargs.append(cuda.to_device(np.ascontiguousarray(v, dtype=cdt), stream=stream))
+            arrays.append(True)
+    shapes = [tuple(d.shape) for d in devs] + [tuple(a.shape) for a, isarr in zip(pargs, arrays) if isarr]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
+
+    with _device_ctx(cuda, data[0]):
+        if kind == "backward_params":
+            if len(devs) == 1:
+                raise TypeError(f"{name}.backward_params needs x and grad_out")
+            res = {}
+            for k, p in enumerate(act.param_names):
+                res[p] = _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
+            return res
+        if out is not None:
+            if isinstance(out, tuple):
+                if len(out) != 1:
+                    raise ValueError(f"{name}: out= must be one array")
+                out = out[0]
+            if not handles(out):
+                raise TypeError(
+                    f"{name}: out= must be a device array for the numba_cuda backend, "
+                    f"got {type(out).__name__}"
+                )
+            odev = _as_device(cuda, out)
+            if tuple(odev.shape) != tuple(shape):
+                raise ValueError(f"{name}: out= has shape {tuple(odev.shape)}, expected {shape}")
+            if np.dtype(odev.dtype).kind != "f":
+                raise TypeError(f"{name}: out= must be a floating array, got {odev.dtype}")
+            result = out
+        else:
+            odev = cuda.device_array(shape, dtype=odt, stream=stream)
+            result = None
+        n = math.prod(shape)
+        if n:
+            ops = [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev]
+            what = [*_DATA_NAMES[: len(devs)], *(p for p, a in zip(act.param_names, arrays) if a), "out"]
+            strides = [_broadcast_strides(w, d, shape) for w, d in zip(what, ops)]
+            cshape, cstr = collapse(shape, strides)
+            views = [_view(d, cshape, s) for d, s in zip(ops, cstr)]
+            it = iter(views[len(devs):-1])
+            pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
+            kern = _kernel(name, kind, cdt, arrays, len(cshape))
+            blocks, threads = _launch_dims(cuda, n)
+            kern[blocks, threads, stream](n, *views[: len(devs)], *pv, views[-1])
+        return result if result is not None else _like(data[0], odev)
+
+
+def _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream):
+    """sum over broadcast axes of g * df/dp_k, shaped like parameter k, dtype cdt."""
+    p = act.param_names[k]
+    pshape = tuple(pargs[k].shape) if arrays[k] else ()
+    acc = cuda.to_device(np.zeros(pshape if arrays[k] else (1,), np.float64), stream=stream)
+    n = math.prod(shape)
+    if n:
+        arr_ops = [a for a, isarr in zip(pargs, arrays) if isarr]
+        ops = [*devs, *arr_ops] + ([acc] if arrays[k] else [])
+        what = ["x", "grad_out", *(q for q, a in zip(act.param_names, arrays) if a)] + (["acc"] if arrays[k] else [])
+        strides = [_broadcast_strides(w, d, shape) for w, d in zip(what, ops)]
+        cshape, cstr = collapse(shape, strides)
+        views = [_view(d, cshape, s) for d, s in zip(ops, cstr)]
+        it = iter(views[2 : 2 + len(arr_ops)])
+        pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
+        scalar_sum = not arrays[k]
+        kern = _kernel(act.name, "sum_" + p, cdt, arrays, len(cshape), scalar_sum)
+        blocks, threads = _launch_dims(cuda, n)
+        kern[blocks, threads, stream](n, views[0], views[1], *pv, acc if scalar_sum else views[-1])
+    res = cuda.device_array(pshape, dtype=cdt, stream=stream)
+    flat_src = _view(acc, (max(1, math.prod(pshape)),), (8,))
+    flat_dst = _view(res, (max(1, math.prod(pshape)),), (np.dtype(cdt).itemsize,))
+    _cast_kernel()[1, 1 if simulator() else 32, stream](flat_src, flat_dst)
+    return res
+
+
+_CAST_SRC = """
+def iglu_np_cast(src, dst):
+    i = cuda.grid(1)
+    while i < src.shape[0]:
+        dst[i] = src[i]
+        i += cuda.gridsize(1)
+"""
+
+
+def _cast_kernel():
+    k = _state.get("cast")
+    if k is None:
+        cuda = _cuda()
+        # ``cuda`` must be a module global (not a closure cell) for the simulator to swap it.
+        g = {"cuda": cuda}
+        exec(compile(_CAST_SRC, "<iglu_np.backends.numba_cuda cast>", "exec"), g)
+        k = _state["cast"] = cuda.jit(g["iglu_np_cast"])
+    return k

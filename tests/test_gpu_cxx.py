@@ -1,0 +1,224 @@
+"""The CuPy kernels' C++, verified without a GPU.
+
+* NVRTC compiles exactly the preamble and body the CuPy ElementwiseKernels use (wrapped
+  as CuPy wraps them) for sm_80 and sm_90, float16/32/64 data, with an empty log (no
+  warnings); nvJitLink assembles the PTX and ptxas reports no spills or stack;
+* PTX hygiene: no local memory, float32 kernels have no float64 instruction, forward
+  kernels load x once and store once;
+* the same preamble and body, host-compiled with g++ (IGLU_NP_HOST_DEVICE -> inline),
+  match the Numba CPU ufuncs over log-spaced +-[1e-30, 1e6], +-0, +-inf, nan and several
+  parameter values: bit-for-bit when the CPU ufuncs use libm (IGLU_NP_VMATH=0) and FMA
+  contraction is off, within a few ulp otherwise (vectorised CPU math; the GPU contracts
+  a*b+c into FMAs by default).
+
+Specs without C++ yet are xfailed ("no C++ yet"); a completeness test (xfail until every
+activation has its cxx=) lists them.
+"""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+import iglu_np
+from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
+from iglu_np.backends import cxx
+
+from . import gpu_helpers as H
+
+NAMES = sorted(REGISTRY)
+
+
+def _spec_with_cxx(name):
+    spec = REGISTRY[name]
+    if not cxx.has_cxx(spec):
+        pytest.xfail(f"{name}: no C++ yet (cxx= empty in {spec.module})")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    ok, why = H.nvrtc_status()
+    if not ok:
+        pytest.skip(why)
+    return why
+
+
+def test_every_spec_has_cxx():
+    missing = [n for n in NAMES if not cxx.has_cxx(REGISTRY[n])]
+    if missing:
+        pytest.xfail(f"no C++ yet for {len(missing)} activations: {', '.join(missing)}")
+
+
+def test_iglu_family_has_cxx():
+    for n in ("iglu", "iglu_approx", "z_gate", "z_approx"):
+        assert cxx.has_cxx(REGISTRY[n]), n
+
+
+def test_kernel_source_shape():
+    spec = REGISTRY["iglu"]
+    ks = cxx.kernel_source(spec, "fwd", np.float32)
+    assert ks.name == "iglu_np_iglu_fwd"
+    assert ks.in_params == "X x, float32 p_sigma" and ks.out_params == "Y y"
+    assert ks.body == "y = (Y)(iglu_np::iglu_fwd<float>((float)x, p_sigma));"
+    assert "\n" not in ks.body
+    assert ks.preamble.startswith(cxx.prelude()) and spec.cxx in ks.preamble
+    bwd = cxx.kernel_source(spec, "bwd_sigma", np.float64)
+    assert bwd.name == "iglu_np_iglu_bwdsigma" and bwd.args == ("x", "g", "p_sigma")
+    assert bwd.body == "y = (Y)((double)g * iglu_np::iglu_dsigma<double>((double)x, p_sigma));"
+    names = {cxx.kernel_source(spec, k, np.float32).name for k in cxx.kernel_kinds(spec)}
+    assert names == {"iglu_np_iglu_" + k for k in ("fwd", "dx", "bwd", "dsigma", "bwdsigma")}
+    with pytest.raises(KeyError):
+        cxx.kernel_source(spec, "d_alpha", np.float32)
+    with pytest.raises(TypeError):
+        cxx.kernel_source(spec, "fwd", np.float16)
+
+
+def test_no_cxx_error_is_clear():
+    from dataclasses import replace
+
+    spec = replace(REGISTRY["iglu"], cxx="")
+    with pytest.raises(cxx.NoCxxError, match="no C\\+\\+ source yet"):
+        cxx.preamble(spec)
+
+
+def test_header_is_in_package_data():
+    assert cxx.HEADER.is_file()
+    assert "IGLU_NP_HOST_DEVICE" in cxx.prelude()
+
+
+# --------------------------------------------------------------------------- NVRTC
+def _variants(spec):
+    out = []
+    for kind in cxx.kernel_kinds(spec):
+        out.append((kind, "float32", "float32", "float32"))
+        out.append((kind, "float64", "float64", "float64"))
+    out.append(("fwd", "float32", "float16", "float16"))
+    out.append(("bwd", "float32", "float16", "float16"))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("cc", H.ARCHS, ids=lambda c: f"sm_{c[0]}{c[1]}")
+def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
+    spec = _spec_with_cxx(name)
+    for kind, compute, ddt, odt in _variants(spec):
+        ks = cxx.kernel_source(spec, kind, compute)
+        for param_arrays in (False, True):
+            src = H.cupy_like_source(ks, ddt, odt, param_arrays=param_arrays)
+            ptx, log = H.nvrtc_compile(src, cc)
+            assert log == "", f"{ks.name} ({ddt}): NVRTC log not empty:\n{log}"
+            assert f".entry {ks.name}(" in ptx
+            st = H.ptx_stats(ptx, ks.name)
+            assert st["local"] == 0, f"{ks.name}: local memory"
+            if compute == "float32":
+                assert st["f64_ops"] == 0, f"{ks.name} float32: float64 instructions"
+            if kind == "fwd":
+                H.assert_single_pass(ptx, 1 + len(spec.params) * param_arrays, f"{ks.name} {ddt}", ks.name)
+            if kind == "fwd" and ddt == "float32":
+                ok, _ = H.nvjitlink_status()
+                if ok:
+                    info = H.ptxas_info(ptx, cc)
+                    assert H.spill_summary(info) == (0, 0, 0), info
+
+
+# --------------------------------------------------------------------------- g++ host build
+@pytest.fixture(scope="module")
+def host_libs(tmp_path_factory):
+    ok, why = H.gxx_status()
+    if not ok:
+        pytest.skip(why)
+    return {"dir": tmp_path_factory.mktemp("cxx_host"), "libs": {}}
+
+
+def _lib(host_libs, spec, flags):
+    key = (spec.name, flags)
+    if key not in host_libs["libs"]:
+        lib, log = H.host_library(spec, flags=flags, workdir=host_libs["dir"])
+        assert log == "", f"g++ warnings for {spec.name}:\n{log}"
+        host_libs["libs"][key] = lib
+    return host_libs["libs"][key]
+
+
+def _param_sets(spec):
+    sets = [dict(spec.defaults)]
+    for p in spec.params:
+        for v in p.test_values[:4]:
+            if p.contains(v):
+                d = dict(spec.defaults, **{p.name: v})
+                if spec.check is None or not spec.check(**d):
+                    sets.append(d)
+    return sets
+
+
+def _cpu(act, kind, x, g, ps):
+    with np.errstate(all="ignore"):
+        args = [x] + ([g] if g is not None else []) + [x.dtype.type(ps[p]) for p in act.param_names]
+        return act._ufunc(kind)(*args)
+
+
+def _host_vs_cpu(host_libs, name, flags, max_ulp):
+    spec = _spec_with_cxx(name)
+    act = iglu_np.get(name)
+    lib = _lib(host_libs, spec, flags)
+    worst = {}
+    for dt in (np.float32, np.float64):
+        x = H.sweep_points(dt)
+        g = np.linspace(-3.0, 3.0, x.size).astype(dt)
+        for ps in _param_sets(spec):
+            pv = tuple(ps[p] for p in act.param_names)
+            for kind in cxx.kernel_kinds(spec):
+                gg = g if kind.startswith("bwd") else None
+                got = H.host_call(lib, spec, kind, dt, x, g=gg, params=pv)
+                want = _cpu(act, kind, x, gg, ps)
+                d = H.ulp_diff(got, want)
+                with np.errstate(all="ignore"):
+                    d = np.where(np.abs(got - want) <= 4 * np.finfo(dt).tiny, 0.0, d)
+                i = int(np.argmax(d))
+                key = (np.dtype(dt).name, kind)
+                if d[i] > worst.get(key, (-1,))[0]:
+                    worst[key] = (d[i], x[i], ps, got[i], want[i])
+    bad = {k: v for k, v in worst.items() if v[0] > max_ulp}
+    assert not bad, f"{name}: host C++ vs CPU ufunc beyond {max_ulp} ulp: {bad}"
+    return worst
+
+
+def _cpu_uses_libm() -> bool:
+    """Whether the CPU ufuncs call libm (as the host C++ does) or their own vectorised
+    elementary functions (iglu_np._vmath, unless IGLU_NP_VMATH=0)."""
+    try:
+        from iglu_np import _vmath
+    except ImportError:
+        return True
+    return not _vmath.enabled()
+
+
+# Two implementations each within ~3.6 ulp of the truth (the accuracy harness) differ by
+# at most ~7 ulp; the GPU's FMA contraction adds at most one rounding per fused step.
+CROSS_ULP = 8
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_host_cxx_matches_cpu(host_libs, name):
+    """No FMA contraction (as Numba on the CPU): the C++ mirrors the Python kernels
+    operation for operation, so with the same libm the results agree to the last bit;
+    against the CPU's vectorised math, within a few ulp."""
+    _host_vs_cpu(host_libs, name, ("-O2", "-ffp-contract=off"), max_ulp=0 if _cpu_uses_libm() else CROSS_ULP)
+
+
+def _has_fma():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " fma " in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not _has_fma(),
+                    reason="needs an x86-64 CPU with FMA to mimic the GPU's contraction")
+@pytest.mark.parametrize("name", NAMES)
+def test_host_cxx_with_fma_contraction_within_ulp(host_libs, name):
+    """NVRTC contracts a*b+c into FMA by default: the stable forms must not depend on the
+    rounding of such products (the design notes' naive IGLU broke by 196x under FMA)."""
+    _host_vs_cpu(host_libs, name, ("-O2", "-mfma", "-ffp-contract=fast"), max_ulp=CROSS_ULP)
