@@ -1,0 +1,143 @@
+"""The asv suite (asv_benchmarks/) covers every registered activation, and its guard and
+helpers work. Cheap: imports the benchmark modules and runs a few tiny benchmarks
+directly (asv itself is not needed)."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import iglu_np
+
+_ASV_DIR = Path(__file__).resolve().parent.parent / "asv_benchmarks"
+sys.path.insert(0, str(_ASV_DIR))
+try:
+    from benchmarks import _common, bench_activations, bench_trainer  # noqa: E402
+finally:
+    sys.path.remove(str(_ASV_DIR))
+
+ACT = "iglu" if "iglu" in iglu_np.ACTIVATIONS else sorted(iglu_np.ACTIVATIONS)[0]
+
+
+def test_every_registered_activation_has_every_benchmark():
+    assert _common.coverage_gaps() == {}
+    aspects = {a for cls in _common.REGISTRY_DRIVEN for a in cls.aspects}
+    assert aspects == set(_common.ASPECTS)
+
+
+def test_grids_are_the_registry():
+    names = tuple(sorted(iglu_np.ACTIVATIONS))
+    assert _common.NAMES == names
+    for cls in _common.REGISTRY_DRIVEN:
+        assert tuple(cls.params[0]) == names, cls.__name__
+        assert cls.param_names[0] == "activation", cls.__name__
+        assert len(cls.params) == len(cls.param_names), cls.__name__
+
+
+def test_guard_reports_an_unbenchmarked_activation():
+    gaps = _common.coverage_gaps(names=[*iglu_np.ACTIVATIONS, "not_benchmarked"])
+    assert gaps == {"not_benchmarked": list(_common.ASPECTS)}
+    without_forward = [c for c in _common.REGISTRY_DRIVEN if c is not bench_activations.Forward]
+    with pytest.raises(RuntimeError, match="forward"):
+        _common.check_coverage(classes=without_forward)
+
+
+def test_benchmark_methods_exist_for_each_class():
+    for cls in _common.REGISTRY_DRIVEN:
+        methods = [m for m in dir(cls) if m.startswith(("time_", "peakmem_", "track_"))]
+        assert methods, cls.__name__
+
+
+def test_inputs_are_deterministic_and_in_domain():
+    act = iglu_np.get(ACT)
+    a = _common.make_x(act, "float32", 1000)
+    b = _common.make_x(act, "float32", 1000)
+    assert a.dtype == np.float32 and np.array_equal(a, b)
+    lo, hi = act.spec.x_range
+    assert a.min() >= lo and a.max() <= hi
+
+
+def test_gpu_backends_skip_cleanly_without_gpu():
+    if not _common._no_cuda_device():
+        pytest.skip("a GPU may be present: the skip path is not taken")
+    b = bench_activations.Forward()
+    for backend in ("numba_cuda", "cupy"):
+        with pytest.raises(NotImplementedError):
+            b.setup(ACT, "float32", 10_000, backend)
+
+
+def test_unknown_activation_is_an_asv_skip():
+    with pytest.raises(NotImplementedError, match="not registered"):
+        _common.get_act("no_such_activation")
+
+
+def test_throughput_and_overhead_benchmarks_run():
+    for cls, meth in ((bench_activations.Forward, "time_forward"),
+                      (bench_activations.Backward, "time_backward")):
+        b = cls()
+        b.setup(ACT, "float64", 10_000, "cpu")
+        getattr(b, meth)(ACT, "float64", 10_000, "cpu")
+        act = iglu_np.get(ACT)
+        expect = act(b.x) if cls is bench_activations.Forward else act.backward(b.x, b.g)
+        np.testing.assert_array_equal(b.out, expect)  # the timed call did the real work
+    o = bench_activations.Overhead()
+    o.setup(ACT, "5 elements", "forward")
+    o.time_overhead(ACT, "5 elements", "forward")
+
+
+def test_temporaries_counts_the_output():
+    t = bench_activations.Temporaries()
+    t.setup(ACT, "forward", "float64")
+    r = t.track_allocated(ACT, "forward", "float64")
+    # The output is one input-sized array: tracemalloc must see numpy's allocation.
+    assert r >= 0.99
+
+
+def test_copy_ratio_is_a_positive_ratio():
+    c = bench_activations.CopyRatio()
+    c.setup(ACT, "forward", "float32")
+    r = _common.ratio_to(c.fn, c.ref, rounds=1, repeats=1)
+    assert math.isfinite(r) and r > 0
+
+
+def test_ulp_helpers():
+    true = np.array([1.0, 1e-3, -2.5, np.inf, np.nan])
+    got = true.astype(np.float32)
+    assert np.all(bench_activations._ulp_vs_float64(got, true) == 0)
+    bumped = got.copy()
+    bumped[0] = np.nextafter(np.float32(1.0), np.float32(2.0))
+    e = bench_activations._ulp_vs_float64(bumped, true)
+    assert e[0] == pytest.approx(1.0) and np.all(e[1:] == 0)
+    bumped[4] = 1.0  # a number where NaN is due
+    assert bench_activations._ulp_vs_float64(bumped, true)[4] == np.inf
+
+
+def test_accuracy_against_mpmath():
+    pytest.importorskip("mpmath")
+    a = bench_activations.Accuracy()
+    a.setup(ACT, "forward", "float64")
+    assert a.mp
+    r = a.track_ulp(ACT, "forward", "float64")
+    tol = float(a.act.spec.tolerances.get("fwd", 4.0))
+    assert 0.0 <= r <= tol
+
+    # an exact kernel compared with a perturbed reference is off by about that much
+    spec = a.act.spec
+    x = np.array([0.5, 1.5], dtype=np.float64)
+    pv = [np.float64(a.act.defaults[p]) for p in a.act.param_names]
+    got = a.act._ufunc("fwd")(x, *pv)
+    off = bench_activations._ulp_vs_mpmath(
+        spec, lambda mp, xm, *p: spec.ref(mp, xm, *p) * (1 + mp.mpf(2) ** -50), "f", x, pv, got
+    )
+    assert np.all((off > 0.5) & (off < 8))
+
+
+def test_trainer_skips_or_runs():
+    t = bench_trainer.Trainer()
+    try:
+        t.setup(ACT)
+    except NotImplementedError:
+        pytest.skip("iglu_np.nn not importable at this commit")
+    loss = t.step(0)
+    assert np.isfinite(float(np.asarray(loss.data)))
