@@ -68,6 +68,19 @@ def _unbroadcast(a: np.ndarray, shape: tuple) -> np.ndarray:
     return r.reshape(shape)
 
 
+_FAST = None
+
+
+def _cpu_fast():
+    # njit loop kernels for contiguous float32/float64 arrays (imported on first use).
+    global _FAST
+    if _FAST is None:
+        from .backends import cpu_fast
+
+        _FAST = cpu_fast
+    return _FAST
+
+
 class _Op:
     """One kernel kind of an activation, callable with numpy semantics."""
 
@@ -176,8 +189,11 @@ class Activation:
                     break
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
-        res = {}
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
+        res = _cpu_fast().backward_params(self, vals, cdt)
+        if res is not None:
+            return res
+        res = {}
         for i, p in enumerate(self.param_names):
             full = self._call_ufunc("bwd_" + p, vals, cdt, None)
             pshape = np.shape(vals[2 + i])
@@ -288,7 +304,9 @@ class Activation:
                 raise TypeError(f"{self.name}: out= must be a numpy array, got {type(out).__name__}")
             if not out.flags.writeable:
                 raise ValueError(f"{self.name}: out= is read-only")
-        r = self._call_ufunc(kind, vals, cdt, out)
+        r = _cpu_fast().run(self, kind, vals, cdt, out, len(data))
+        if r is None:
+            r = self._call_ufunc(kind, vals, cdt, out)
         if out is None and cdt == _F32 and _all_half(data):
             r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
         return r
