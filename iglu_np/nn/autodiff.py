@@ -64,8 +64,9 @@ def to_host(a) -> np.ndarray:
         a = a.data
     if isinstance(a, np.ndarray):
         return a
-    get = getattr(a, "get", None)
-    return get() if callable(get) else np.asarray(a)
+    if type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    return np.asarray(a)
 
 
 class Tensor:
@@ -489,13 +490,14 @@ def dropout(x, p: float, rng, training: bool = True) -> Tensor:
 
 # ------------------------------------------------------------------------ domain maps
 class _Softplus(Function):
-    def forward(self, a):
+    def forward(self, a, floor=None):
         xp = array_module(a)
         self.a = a
-        # Floor at the smallest normal number: the result feeds parameters with an open
-        # lower bound (sigma > 0) that must stay strictly inside their domain.
-        tiny = np.finfo(a.dtype).tiny
-        return xp.maximum(xp.logaddexp(a.dtype.type(0), a), a.dtype.type(tiny))
+        # Floored (at the smallest normal number by default): the result feeds parameters
+        # with an open lower bound (sigma > 0) that must stay strictly inside their domain.
+        if floor is None:
+            floor = a.dtype.type(np.finfo(a.dtype).tiny)
+        return xp.maximum(xp.logaddexp(a.dtype.type(0), a), floor)
 
     def backward(self, g):
         xp = array_module(g)
@@ -503,9 +505,10 @@ class _Softplus(Function):
         return g * (0.5 + 0.5 * xp.tanh(0.5 * self.a))
 
 
-def softplus(a) -> Tensor:
-    """``log(1 + exp(a))`` (floored at the smallest normal float, so always > 0)."""
-    return _Softplus.apply(a)
+def softplus(a, floor=None) -> Tensor:
+    """``log(1 + exp(a))``, floored at ``floor`` (default: the smallest normal float, so
+    always > 0; the gradient passes straight through the floor)."""
+    return _Softplus.apply(a, floor=floor)
 
 
 class _Sigmoid(Function):

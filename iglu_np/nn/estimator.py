@@ -113,13 +113,13 @@ def _check_X(est, X, *, reset: bool):
             raise ValueError(f"{name}: X must be numeric, got dtype {X.dtype}")
     if X.ndim != 2:
         raise ValueError(
-            f"{name}: expected a 2D array, got {X.ndim}D array instead; reshape your data "
-            "with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample"
+            f"{name}: expected a 2D array, got {X.ndim}D array instead. Reshape your data "
+            "either using X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample"
         )
     if X.shape[0] < 1:
-        raise ValueError(f"{name}: found array with 0 sample(s) (shape={X.shape}); a minimum of 1 is required")
+        raise ValueError(f"{name}: found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required.")
     if X.shape[1] < 1:
-        raise ValueError(f"{name}: found array with 0 feature(s) (shape={X.shape}); a minimum of 1 is required")
+        raise ValueError(f"{name}: found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     X = xp.asarray(X, dtype=dtype)
     if not bool(xp.isfinite(X).all()):
         raise ValueError(f"{name}: Input X contains NaN or infinity")
@@ -329,7 +329,10 @@ class _BaseMLP(_Base):
         )
 
     def _xp_for_init(self):
-        return getattr(self, "_xp", np)
+        xp = getattr(self, "_xp", None)
+        if xp is None:
+            xp = ad.array_module(*self.model_.parameters()) if hasattr(self, "model_") else np
+        return xp
 
     def _init_training(self):
         self._validate_params()
@@ -518,7 +521,13 @@ class _BaseMLP(_Base):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False
+        tags.input_tags.sparse = True  # densified: the network is dense anyway
         return tags
+
+    def __getstate__(self):
+        st = dict(getattr(super(), "__getstate__", lambda: vars(self))())
+        st.pop("_xp", None)  # a module object; rebuilt from the parameters' arrays
+        return st
 
 
 def _idx(a, i):
@@ -810,7 +819,7 @@ class MLPClassifier(*((_SkClf,) if _SkClf is not None else ()), _BaseMLP):
         pred = np.argmax(to_host(self._predict_raw_checked(X_val)), axis=1)
         return float(np.mean(pred == y_val_enc))
 
-    def _predict_raw_checked(self, X):
+    def _predict_raw_checked(self, X):  # X already validated (validation split)
         self.model_.eval()
         with ad.no_grad():
             out = self.model_(Tensor(X)).data
@@ -949,4 +958,11 @@ class MLPRegressor(*((_SkReg,) if _SkReg is not None else ()), _BaseMLP):
     def predict(self, X):
         """Predicted targets, shape (n_samples,) or (n_samples, n_targets) as fitted."""
         z = self._predict_raw(X)
+        if ad.array_module(z) is np:
+            z = z.astype(np.float64)  # scikit-learn's regressors predict in float64
         return z[:, 0] if getattr(self, "_y_1d", True) else z
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

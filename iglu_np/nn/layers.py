@@ -168,7 +168,7 @@ def param_transform(act, pname: str):
         # Huang & Schlag 2024: alpha_n = beta + softplus(a_n) keeps the negative branch
         # gradient-friendly (alpha_n > beta).
         return (
-            lambda raw, vals: ad.add(vals["beta"], ad.softplus(raw)),
+            lambda raw, vals: _above(_as_tensor(vals["beta"], raw), raw),
             lambda v, vals: _inv_softplus(np.asarray(v) - _host_val(vals["beta"])),
         )
     p = act.spec.param(pname)
@@ -194,6 +194,17 @@ def param_transform(act, pname: str):
 def _const(v, like):
     xp = ad.array_module(like.data)
     return Tensor(xp.asarray(v, dtype=like.data.dtype))
+
+
+def _above(base, raw):
+    """``base + softplus(raw)``, strictly above ``base`` even in floating point."""
+    xp = ad.array_module(raw.data)
+    floor = 2 * xp.spacing(xp.abs(base.data).astype(raw.data.dtype)).max()
+    return ad.add(base, ad.softplus(raw, floor=floor))
+
+
+def _as_tensor(v, like):
+    return v if isinstance(v, Tensor) else _const(v, like)
 
 
 def _host_val(v):
