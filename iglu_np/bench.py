@@ -1,0 +1,315 @@
+"""``iglu-np bench``: the paper's Table 1 (CPU) measured on this machine.
+
+Every activation, forward (``act(x, out=o)``) and fused backward (``act.backward(x, g,
+out=o)``), at the paper's sizes (10,000 and 1,000,000 elements) and a large one
+(16,777,216), timed as medians of repeats, reported
+
+* relative to ``identity`` (the paper's Table 1 convention),
+* in ns/element, and
+* as a ratio to the memory limit: the faster of ``np.copyto`` and a two-thread copy for
+  the forward, the faster of ``np.multiply(x, g, out=o)`` and a two-thread ``x*g -> out``
+  for the backward,
+
+with torch CPU side by side when torch is installed (never required). :func:`run` returns
+the data (used by ``iglu-np reproduce``); the CLI prints a Markdown table or JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+SIZES = (10_000, 1_000_000, 16_777_216)
+QUICK_SIZES = (10_000, 1_000_000)
+
+# activation -> torch expression builders: name -> (forward(x, out), autograd fwd+bwd).
+_TORCH_NATIVE = {
+    "relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "sigmoid": "sigmoid",
+    "elu": "elu", "softplus": "softplus", "mish": "mish", "hardtanh": "hardtanh",
+    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "leaky_relu": "leaky_relu",
+    "selu": "selu", "celu": "celu", "softsign": "softsign", "tanhshrink": "tanhshrink",
+}
+
+
+def _median_time(fn, repeats, min_time):
+    fn()  # warm-up (and compile)
+    ts = []
+    t_end = time.perf_counter() + min_time
+    while len(ts) < repeats or (time.perf_counter() < t_end and len(ts) < 10 * repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def _limits():
+    import numba
+
+    @numba.njit(parallel=True, cache=True)
+    def pcopy(x, o):
+        for i in numba.prange(x.size):
+            o[i] = x[i]
+
+    @numba.njit(parallel=True, cache=True)
+    def pmul(x, g, o):
+        for i in numba.prange(x.size):
+            o[i] = x[i] * g[i]
+
+    return pcopy, pmul
+
+
+def machine_info() -> dict:
+    import numba
+
+    import iglu_np
+    from .backends import cpu_fast
+
+    info = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "iglu_np": getattr(iglu_np, "__version__", "?"),
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "numba_threads": numba.get_num_threads(),
+        "threading_layer": _threading_layer(),
+        "parallel_threshold": cpu_fast.THRESHOLD,
+        "platform": platform.platform(),
+    }
+    try:
+        import llvmlite.binding as ll
+
+        info["llvm_cpu"] = ll.get_host_cpu_name()
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _threading_layer():
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return "not yet initialised"
+
+
+def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, torch=None,
+        progress=None) -> dict:
+    """Measure and return ``{"machine": ..., "rows": [...], "limits": [...]}``.
+
+    Each row: activation, dtype, n, pass ("fwd"/"bwd"), seconds, ns_per_element,
+    rel_identity, rel_limit, and torch seconds (None without torch or a native kernel).
+    ``torch=None`` uses torch when importable; ``progress(done, total, label)`` is called
+    after each measurement.
+    """
+    import iglu_np
+
+    acts = iglu_np.ACTIVATIONS
+    names = list(names or acts)
+    for n in names:
+        if n not in acts:
+            raise KeyError(f"unknown activation {n!r}")
+    if "identity" in acts and "identity" not in names:
+        names = ["identity"] + names
+    th = None
+    if torch is not False:
+        try:
+            import torch as th
+        except ImportError:
+            th = None
+            if torch:
+                raise
+    pcopy, pmul = _limits()
+    rows, limits = [], []
+    total = len(dtypes) * len(sizes) * (len(names) + 1)
+    done = 0
+    rng = np.random.default_rng(0)
+    for dts in dtypes:
+        dt = np.dtype(dts)
+        for n in sizes:
+            x = (rng.standard_normal(n) * 3).astype(dt)
+            g = rng.standard_normal(n).astype(dt)
+            o = np.empty_like(x)
+            t_copy = min(_median_time(lambda: np.copyto(o, x), repeats, min_time),
+                         _median_time(lambda: pcopy(x, o), repeats, min_time))
+            t_two = min(_median_time(lambda: np.multiply(x, g, out=o), repeats, min_time),
+                        _median_time(lambda: pmul(x, g, o), repeats, min_time))
+            limits.append({"dtype": dts, "n": n, "copy": t_copy, "two_in_one_out": t_two})
+            done += 1
+            if progress:
+                progress(done, total, f"{dts} n={n} limits")
+            ident = {}
+            tx = tg = to = None
+            if th is not None:
+                tx = th.from_numpy(x)
+                tg = th.from_numpy(g)
+                to = th.from_numpy(o)
+            for name in names:
+                a = acts[name]
+                tf = _median_time(lambda: a(x, out=o), repeats, min_time)
+                tb = _median_time(lambda: a.backward(x, g, out=o), repeats, min_time)
+                if name == "identity":
+                    ident = {"fwd": tf, "bwd": tb}
+                torch_f = torch_b = None
+                if th is not None:
+                    torch_f, torch_b = _torch_times(th, name, tx, tg, to, repeats, min_time)
+                for ps, t, lim, tt in (("fwd", tf, t_copy, torch_f), ("bwd", tb, t_two, torch_b)):
+                    rows.append({
+                        "activation": name, "dtype": dts, "n": n, "pass": ps, "seconds": t,
+                        "ns_per_element": t / n * 1e9,
+                        "rel_identity": t / ident[ps] if ident else None,
+                        "rel_limit": t / lim,
+                        "torch_seconds": tt,
+                        "torch_rel": (tt / t) if tt else None,
+                    })
+                done += 1
+                if progress:
+                    progress(done, total, f"{dts} n={n} {name}")
+    return {"machine": machine_info(), "rows": rows, "limits": limits}
+
+
+def _torch_times(th, name, tx, tg, to, repeats, min_time):
+    """torch forward (out= where the op has an out variant) and autograd fwd+bwd."""
+    F = th.nn.functional
+    if name in ("iglu",):
+        pi = math.pi
+
+        def fwd():
+            return tx * (0.5 + th.atan(tx) / pi)  # the paper's reference expression
+    elif name in _TORCH_NATIVE and hasattr(F, _TORCH_NATIVE[name]):
+        fn = getattr(F, _TORCH_NATIVE[name])
+        opname = _TORCH_NATIVE[name]
+        aten = getattr(th.ops.aten, opname, None)
+        outv = getattr(aten, "out", None) if aten is not None else None
+        if outv is not None:
+            def fwd():
+                return outv(tx, out=to)
+            try:
+                fwd()
+            except Exception:
+                def fwd():
+                    return fn(tx)
+        else:
+            def fwd():
+                return fn(tx)
+        if name == "identity":
+            return None, None
+    else:
+        return None, None
+    with th.no_grad():
+        tf = _median_time(fwd, repeats, min_time)
+    xr = tx.clone().requires_grad_(True)
+    if name == "iglu":
+        def fb():
+            y = xr * (0.5 + th.atan(xr) / math.pi)
+            y.backward(tg)
+            xr.grad = None
+    else:
+        fn = getattr(F, _TORCH_NATIVE[name])
+
+        def fb():
+            y = fn(xr)
+            y.backward(tg)
+            xr.grad = None
+    tb = _median_time(fb, repeats, min_time)
+    return tf, tb
+
+
+def markdown(data) -> str:
+    m = data["machine"]
+    lines = [
+        "# iglu-np bench (CPU)",
+        "",
+        f"CPU: {m['cpu']} ({m['cores']} cores, LLVM target {m.get('llvm_cpu', '?')}); "
+        f"Numba {m['numba']} threads={m['numba_threads']} layer={m['threading_layer']}; "
+        f"parallel threshold {m['parallel_threshold']} elements; numpy {m['numpy']}; "
+        f"torch {m['torch'] or 'not installed'}"
+        + (f" (threads={m['torch_threads']})" if m.get("torch") else ""),
+        "",
+        "Times are medians; `rel id.` is relative to identity (the paper's Table 1), `× limit` "
+        "to the memory limit (copy for fwd, x*g->out on all threads for bwd); `torch/ours` > 1 "
+        "means we are faster (torch bwd = autograd forward+backward).",
+        "",
+    ]
+    for lim in data["limits"]:
+        lines.append(f"- {lim['dtype']} n={lim['n']}: copy limit "
+                     f"{lim['copy'] / lim['n'] * 1e9:.3f} ns/el, two-in-one-out "
+                     f"{lim['two_in_one_out'] / lim['n'] * 1e9:.3f} ns/el")
+    lines.append("")
+    keys = sorted({(r["dtype"], r["n"]) for r in data["rows"]}, key=lambda k: (k[0], k[1]))
+    hdr = "| activation | pass | " + " | ".join(
+        f"{dt} n={n}: rel id. / ns/el / × limit / torch/ours" for dt, n in keys) + " |"
+    lines.append(hdr)
+    lines.append("|---|---|" + "---|" * len(keys))
+    by = {}
+    for r in data["rows"]:
+        by.setdefault((r["activation"], r["pass"]), {})[(r["dtype"], r["n"])] = r
+    for (name, ps), d in by.items():
+        cells = []
+        for k in keys:
+            r = d.get(k)
+            if r is None:
+                cells.append("")
+                continue
+            rid = f"{r['rel_identity']:.2f}" if r["rel_identity"] else "-"
+            tr = f"{r['torch_rel']:.2f}" if r["torch_rel"] else "-"
+            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f} / {tr}")
+        lines.append(f"| {name} | {ps} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def add_arguments(parser):
+    parser.add_argument("names", nargs="*", help="activations (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="sizes 1e4 and 1e6 only, fewer repeats")
+    parser.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")],
+                        help="comma-separated sizes (default 10000,1000000,16777216)")
+    parser.add_argument("--dtype", default="float32", help="float32, float64 or both (comma)")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+
+
+def main(args) -> int:
+    sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    repeats = args.repeats or (3 if args.quick else 7)
+    dtypes = [d.strip() for d in args.dtype.split(",")]
+
+    def progress(done, total, label):
+        if sys.stderr.isatty() or os.environ.get("IGLU_NP_PROGRESS"):
+            w = 30
+            f = int(w * done / total)
+            sys.stderr.write(f"\r[{'#' * f}{'.' * (w - f)}] {done}/{total} {label[:40]:40s}")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    data = run(args.names or None, sizes=sizes, dtypes=dtypes, repeats=repeats,
+               min_time=0.02 if args.quick else 0.1, torch=False if args.no_torch else None,
+               progress=progress)
+    print(json.dumps(data, indent=1) if args.json else markdown(data))
+    return 0
