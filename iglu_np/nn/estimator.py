@@ -210,7 +210,7 @@ class _BaseMLP(_Base):
             "n_iter_": int(self.n_iter_),
             "t_": int(self.t_),
             "loss_curve_": [float(v) for v in self.loss_curve_],
-            "validation_scores_": [float(v) for v in getattr(self, "validation_scores_", [])],
+            "validation_scores_": [float(v) for v in (getattr(self, "validation_scores_", None) or [])],
             "best_loss_": _f(getattr(self, "best_loss_", None)),
             "best_validation_score_": _f(getattr(self, "best_validation_score_", None)),
             "no_improvement": int(getattr(self, "_no_improvement_count", 0)),
