@@ -84,7 +84,11 @@ def status():
             return True, f"numba-cuda {ver}, CUDA simulator (NUMBA_ENABLE_CUDASIM=1): slow, for tests"
         dev = cuda.get_current_device()
     except Exception as e:
+        import ctypes.util
+
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if ctypes.util.find_library("cuda") is None:
+            msg = "no NVIDIA driver: libcuda not found"
         return False, f"numba-cuda {ver} installed, but no usable CUDA GPU/driver ({msg})"
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     cc = ".".join(map(str, dev.compute_capability))
@@ -92,15 +96,24 @@ def status():
 
 
 # --------------------------------------------------------------------------- device functions
-def _two_prod_fma(a, b):
-    # _math.two_prod with the exact FMA error term (one instruction instead of Dekker's 17);
-    # same guard, so results agree with the CPU wherever Dekker's term is exact.
+_TWO_PROD_FMA = """
+def two_prod(a, b):
     T = type(a)
     p = a * b
-    e = _fma(a, b, -p)
+    e = cuda.fma(a, b, -p)
     if not (abs(a) < T(BIG) and abs(b) < T(BIG)) or not (abs(p) < T(BIG)):
         e = T(0.0)
     return p, e
+"""
+
+
+def _two_prod_fma(cuda):
+    """_math.two_prod with the exact FMA error term (one instruction instead of Dekker's
+    17); same guard, so results agree with the CPU wherever Dekker's term is exact.
+    Numba types ``cuda.fma`` only as an attribute of the cuda module, hence the source."""
+    g = {"cuda": cuda, "BIG": BIG}
+    exec(compile(_TWO_PROD_FMA, "<iglu_np.backends.numba_cuda two_prod>", "exec"), g)
+    return g["two_prod"]
 
 
 def _horner_intrinsic():
@@ -146,8 +159,7 @@ def _rebinder():
         dev = cuda.jit(device=True, inline=True)
         overrides = {}
         if not simulator():  # the simulator's fma is a*b + c, unfused: keep Dekker there
-            globals()["_fma"] = cuda.fma
-            overrides[_math.two_prod] = dev(_two_prod_fma)
+            overrides[_math.two_prod] = dev(_two_prod_fma(cuda))
             overrides[_math.horner] = _horner_intrinsic()
         rb = _state["rebinder"] = Rebinder(dev, overrides)
     return rb
