@@ -228,7 +228,8 @@ def expm1(x):
     # k <= 0: 2^k e + (2^k - 1); 2^k - 1 is exact.
     two = _pow2(k, x)
     yneg = two * e + (two - T(1.0))
-    return yneg if k <= 0 else ypos
+    r = yneg if k <= 0 else ypos
+    return x if x == T(0.0) else r  # keeps the sign of -0.0
 
 
 # --------------------------------------------------------------------------- log, log1p
