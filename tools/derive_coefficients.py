@@ -46,3 +46,32 @@ if __name__ == "__main__":
     # has alternating coefficients ~1 and loses ~50 ulp at v = 1).
     fit("IGLU_TAIL_LO", iglu_tail, [0, 0.25], 15)
     fit("IGLU_TAIL_HI", iglu_tail, [0.25, 1], 19, center=mp.mpf("0.625"))
+
+
+# --------------------------------------------------------------------------- GELU
+def gelu_mills(t):
+    # Mills ratio M(t) = Phi(-t)/phi(t) = sqrt(pi/2) erfcx(t/sqrt2): the normal tail without
+    # its Gaussian factor, smooth and of modest range (sqrt(pi/2) at 0, ~1/t at infinity).
+    return mp.erfc(t / mp.sqrt(2)) * mp.exp(t * t / 2) * mp.sqrt(mp.pi / 2)
+
+
+def gelu_mills_s(v):
+    # S(v) = t M(t) with v = 1/t^2 (-> 1 as t -> inf; asymptotically 1 - v + 3v^2 - ...).
+    if v == 0:
+        return mp.mpf(1)
+    t = 1 / mp.sqrt(v)
+    return t * gelu_mills(t)
+
+
+def gelu_fits():
+    # Phi(-t) = phi(t) M(t): phi is evaluated with an exactly split t^2 in its exponent, so
+    # only the smooth M needs polynomials: pieces on t in [0, 4], and S in v = 1/t^2 for
+    # t >= 4. float64 tables aim at ~1e-18, float32 tables at ~1e-9.
+    for suffix, degs in (("64", (16, 15, 14, 13, 20)), ("32", (8, 7, 7, 6, 9))):
+        for k, (a, b) in enumerate(((0, 1), (1, 2), (2, 3), (3, 4))):
+            fit(f"GELU_M{k}_{suffix}", gelu_mills, [a, b], degs[k], center=mp.mpf(a + b) / 2)
+        fit(f"GELU_S_{suffix}", gelu_mills_s, [0, mp.mpf(1) / 16], degs[4], center=mp.mpf(1) / 32)
+
+
+if __name__ == "__main__":
+    gelu_fits()
