@@ -75,3 +75,71 @@ def gelu_fits():
 
 if __name__ == "__main__":
     gelu_fits()
+
+
+# --------------------------------------------------------------------------- vmath
+# Fits quoted by iglu_np/_vmath.py (vectorisable elementary functions of the CPU backend):
+# ``python tools/derive_coefficients.py vmath`` prints only these.
+def _vm_atan(z):  # (atan(y) - y)/y^3 in z = y^2
+    if z == 0:
+        return -mp.mpf(1) / 3
+    y = mp.sqrt(z)
+    return (mp.atan(y) - y) / y**3
+
+
+def _vm_exp(r):  # (e^r - 1 - r)/r^2
+    return mp.mpf(1) / 2 if r == 0 else (mp.exp(r) - 1 - r) / r**2
+
+
+def _vm_log(w):  # (2 atanh(s)/s - 2)/s^2 in w = s^2
+    if w == 0:
+        return mp.mpf(2) / 3
+    s = mp.sqrt(w)
+    return (2 * mp.atanh(s) / s - 2) / w
+
+
+def _vm_tanh(w):  # (tanh(a) - a)/a^3 in w = a^2
+    if w == 0:
+        return -mp.mpf(1) / 3
+    a = mp.sqrt(w)
+    return (mp.tanh(a) - a) / a**3
+
+
+def _vm_erf(w):  # erf(a)/a - 1 in w = a^2
+    if w == 0:
+        return 2 / mp.sqrt(mp.pi) - 1
+    a = mp.sqrt(w)
+    return mp.erf(a) / a - 1
+
+
+def _vm_erfcx(K):  # a exp(a^2) erfc(a) in t = (a - K)/(a + K)
+    def y(t):
+        if t == 1:
+            return 1 / mp.sqrt(mp.pi)
+        a = K * (1 + t) / (1 - t)
+        return a * mp.exp(a * a) * mp.erfc(a)
+    return y
+
+
+def vmath_fits():
+    zmax = (mp.sqrt(2) - 1) ** 2
+    wlog = ((mp.sqrt(2) - 1) / (mp.sqrt(2) + 1)) ** 2
+    a0 = mp.mpf("0.46875")
+    fit("ATAN32", _vm_atan, [0, zmax], 4)
+    fit("ATAN64", _vm_atan, [0, zmax], 10)
+    fit("EXP32", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 4)
+    fit("EXP64", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 10)
+    fit("LOG32", _vm_log, [0, wlog], 2)
+    fit("LOG64", _vm_log, [0, wlog], 6)
+    fit("TANH32", _vm_tanh, [0, mp.mpf("0.625") ** 2], 5)
+    fit("TANH64", _vm_tanh, [0, mp.mpf("0.625") ** 2], 11)
+    fit("ERF32", _vm_erf, [0, a0**2], 4)
+    fit("ERF64", _vm_erf, [0, a0**2], 8)
+    fit("ERFCM32", mp.erfc, [a0, 1], 8, center=mp.mpf("0.734375"))
+    fit("ERFCM64", mp.erfc, [a0, 1], 16, center=mp.mpf("0.734375"))
+    fit("ERFCX32", _vm_erfcx(2), [(a0 - 2) / (a0 + 2), 1], 11)
+    fit("ERFCX64", _vm_erfcx(4), [(a0 - 4) / (a0 + 4), 1], 23)
+
+
+if __name__ == "__main__":
+    vmath_fits()
