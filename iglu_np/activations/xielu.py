@@ -1,0 +1,402 @@
+"""xIELU and xIPReLU: activations derived by integrating a designed gradient (Huang &
+Schlag, "Deriving Activation Functions Using Integration", arXiv:2411.13010).
+
+The parameters here are the *effective* values. The paper's trainer reparameterises them
+as alpha_p = softplus(a_p) and alpha_n = beta + softplus(a_n); that belongs to the trainer,
+so the domains below are the images of those maps (alpha_p > 0, alpha_n > beta).
+"""
+import math
+
+import numpy as np
+
+from .._math import horner, is_f32, two_prod
+from .._spec import Param, define, kernel
+
+_PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
+_CODE = "reference implementation: github.com/rubber-duck-debug/xielu (xielu/ops/wrappers.py)"
+
+# expm1(m) - m = m^2 * sum_k m^k/(k+2)!: Taylor coefficients, used on [-1, 0] where the
+# series alternates with Horner condition number < 2. Float32 needs far fewer terms.
+_EM1MX_F64 = tuple(1.0 / math.factorial(k + 2) for k in range(18))
+_EM1MX_F32 = tuple(1.0 / math.factorial(k + 2) for k in range(11))
+
+
+@kernel
+def expm1_minus_x(m):
+    """``expm1(m) - m`` for ``m <= 0`` with full relative accuracy (it is ~ m^2/2 near 0,
+    where the plain difference loses everything)."""
+    T = type(m)
+    if m < T(-1.0):
+        # |expm1(m)| < 0.64 |m|: the difference loses less than 1.5 bits; +inf at -inf.
+        return math.expm1(m) - m
+    if is_f32(m):
+        p = horner(m, _EM1MX_F32)
+    else:
+        p = horner(m, _EM1MX_F64)
+    return (m * m) * p
+
+
+# --------------------------------------------------------------------------- xIELU
+@kernel
+def xielu_f(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0):
+        return x * (ap * x + beta)  # both terms >= 0: no cancellation
+    if x <= eps:
+        if x < T(-1.0):
+            # alpha_n e^x + (beta - alpha_n) x: finite operands at x = -inf, where
+            # alpha_n (expm1(x) - x) + beta x would be inf - inf.
+            return an * math.expm1(x) + (beta - an) * x
+        return an * expm1_minus_x(x) + beta * x
+    # eps < x <= 0 (and NaN): expm1(min(x, eps)) - x = (expm1(eps) - eps) + (eps - x),
+    # eps - x exact near eps, so the linear piece does not cancel either.
+    return an * (expm1_minus_x(eps) + (eps - x)) + beta * x
+
+
+@kernel
+def xielu_dx(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0):
+        return T(2.0) * ap * x + beta
+    if x <= eps:
+        return an * math.expm1(x) + beta
+    if x != x:
+        return x
+    return beta - an
+
+
+@kernel
+def xielu_dap(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0):
+        return x * x
+    if x != x:
+        return x
+    return T(0.0)
+
+
+@kernel
+def xielu_dan(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0):
+        return T(0.0)
+    if x <= eps:
+        return expm1_minus_x(x)
+    return expm1_minus_x(eps) + (eps - x)
+
+
+@kernel
+def xielu_dbeta(x, ap, an, beta, eps):
+    return x
+
+
+@kernel
+def xielu_deps(x, ap, an, beta, eps):
+    T = type(x)
+    if x > eps and x <= T(0.0):
+        return an * math.exp(eps)
+    if x != x:
+        return x
+    return T(0.0)
+
+
+def _xielu_check(alpha_p, alpha_n, beta, eps):
+    if np.any(np.asarray(alpha_n) <= np.asarray(beta)):
+        return ("alpha_n must be greater than beta (the reference parameterisation is "
+                "alpha_n = beta + softplus(.))")
+    return None
+
+
+def _ref_em1mx(mp, m, x):
+    """expm1(m) - x at extra precision: it is ~ m^2/2 when m = x is tiny."""
+    with mp.extradps(mp.dps):
+        return mp.expm1(m) - x
+
+
+def _ref_xielu(mp, x, ap, an, b, eps):
+    if mp.isinf(x):
+        return mp.inf  # at -inf alpha_n > beta: the (beta - alpha_n) x term wins
+    if x > 0:
+        return ap * x * x + b * x
+    return an * _ref_em1mx(mp, min(x, eps), x) + b * x
+
+
+def _ref_xielu_dx(mp, x, ap, an, b, eps):
+    if x > 0:
+        return 2 * ap * x + b
+    if x <= eps:
+        return an * mp.expm1(x) + b
+    return b - an
+
+
+def _ref_xielu_dan(mp, x, ap, an, b, eps):
+    if x > 0:
+        return mp.zero
+    if mp.isinf(x):
+        return mp.inf
+    return _ref_em1mx(mp, min(x, eps), x)
+
+
+def _scale_xielu_f(mp, x, ap, an, b, eps):
+    # The cancelling terms are alpha_n (expm1(m) - x) >= 0 and beta x <= 0.
+    if x > 0 or mp.isinf(x):
+        return abs(_ref_xielu(mp, x, ap, an, b, eps))
+    return an * abs(_ref_em1mx(mp, min(x, eps), x)) + b * abs(x)
+
+
+def _scale_xielu_dx(mp, x, ap, an, b, eps):
+    if x > 0:
+        return 2 * ap * x + b
+    if x <= eps:
+        return an * abs(mp.expm1(x)) + b
+    return an + b
+
+
+def _scale_xielu_dan(mp, x, ap, an, b, eps):
+    # expm1(eps) - x crosses zero just above x = eps; below eps it is positive.
+    if eps < x <= 0:
+        return abs(mp.expm1(eps)) + abs(x)
+    return abs(_ref_xielu_dan(mp, x, ap, an, b, eps))
+
+
+_AP = Param(
+    "alpha_p",
+    0.8,
+    "Effective curvature of the positive branch alpha_p x^2 (softplus of the trained "
+    "value; the paper's init 0.8).",
+    lo=0.0,
+    lo_open=True,
+    symbol=r"\alpha_p",
+    test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
+)
+_AN = Param(
+    "alpha_n",
+    0.8,
+    "Effective scale of the negative branch (beta + softplus of the trained value; the "
+    "paper's init 0.8). Must exceed beta.",
+    lo=0.0,
+    lo_open=True,
+    symbol=r"\alpha_n",
+    test_values=(0.55, 1.0, 3.0, 10.0, 0.93),
+)
+_BETA = Param(
+    "beta",
+    0.5,
+    "Slope at the origin (fixed to 0.5 in the paper).",
+    lo=0.0,
+    symbol=r"\beta",
+    test_values=(0.0, 0.1, 0.7, 0.25),
+)
+_EPS = Param(
+    "eps",
+    -1e-6,
+    "The negative branch evaluates expm1(min(x, eps)); the reference code's -1e-6. "
+    "eps = 0 gives the smooth function.",
+    hi=0.0,
+    symbol=r"\epsilon",
+    test_values=(0.0, -1e-12, -1e-3, -0.1, -1.0, -2.5),
+)
+
+define(
+    "xielu",
+    summary="xIELU: a trainable quadratic-positive, ELU-integral-negative activation.",
+    formula=(
+        r"\mathrm{xIELU}(x) = \begin{cases} \alpha_p x^2 + \beta x & x > 0\\"
+        r" \alpha_n\left(e^{\min(x,\epsilon)} - 1\right) - \alpha_n x + \beta x & x \le 0\end{cases}"
+    ),
+    derivative_formula=(
+        r"\frac{\partial f}{\partial x} = \begin{cases} 2\alpha_p x + \beta & x > 0\\"
+        r" \alpha_n (e^{x} - 1) + \beta & x \le \epsilon\\ \beta - \alpha_n & \epsilon < x \le 0"
+        r"\end{cases}"
+    ),
+    params=[_AP, _AN, _BETA, _EPS],
+    check=_xielu_check,
+    f=xielu_f,
+    dx=xielu_dx,
+    dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
+    ref=_ref_xielu,
+    ref_dx=_ref_xielu_dx,
+    ref_dparams={
+        "alpha_p": lambda mp, x, ap, an, b, eps: x * x if x > 0 else mp.zero,
+        "alpha_n": _ref_xielu_dan,
+        "beta": lambda mp, x, ap, an, b, eps: x,
+        "eps": lambda mp, x, ap, an, b, eps: an * mp.exp(eps) if eps < x <= 0 else mp.zero,
+    },
+    scales={"f": _scale_xielu_f, "dx": _scale_xielu_dx, "alpha_n": _scale_xielu_dan},
+    notes=(
+        "Branches as the reference code: x > 0 is positive, x <= 0 (also -0.0) takes "
+        "alpha_n expm1(min(x, eps)) - alpha_n x + beta x, so f(0) = alpha_n expm1(eps) "
+        "(a jump of ~alpha_n |eps| at 0). Derivatives are those of this function: on "
+        "eps < x <= 0 the x-derivative is beta - alpha_n (PyTorch autograd of the "
+        "reference XIELUPy module gives the same); the reference CUDA kernel and its "
+        "autograd.Function instead return alpha_n expm1(min(x, eps)) + beta there, the "
+        "derivative of the smooth (eps = 0) function; use eps=0 for that. At x = eps the "
+        "value of the x < eps side is used (df/dx = alpha_n expm1(eps) + beta, "
+        "df/deps = 0; torch.min's autograd would split the tie in half). "
+        "Stability: expm1(x) - x is evaluated as x^2 P(x) on [-1, 0] (it is ~ x^2/2 and "
+        "the plain difference cancels), the linear piece as (expm1(eps) - eps) + "
+        "(eps - x) with eps - x exact, and for x < -1 as alpha_n e^x-ish terms that stay "
+        "finite at -inf (f -> +inf since alpha_n > beta). The value crosses zero for "
+        "x < 0 and df/dx at x = log1p(-beta/alpha_n): errors there are measured against "
+        "the magnitude of the terms alpha_n|expm1(min(x,eps)) - x| + beta|x| and "
+        "alpha_n|expm1(x)| + beta."
+    ),
+    special_points=(
+        0.0,
+        lambda p: p["eps"],
+        lambda p: math.log1p(-p["beta"] / p["alpha_n"]),
+    ),
+    references=(_PAPER, _CODE),
+    example=(
+        ">>> x = np.array([-3.0, -1.0, 0.0, 1.0])\n"
+        ">>> iglu_np.xielu(x, eps=0.0).round(6)\n"
+        "array([ 0.13983 , -0.205696,  0.      ,  1.3     ])\n"
+        ">>> iglu_np.xielu.dx(x, eps=0.0).round(6)\n"
+        "array([-0.26017 , -0.005696,  0.5     ,  2.1     ])"
+    ),
+)
+
+
+# --------------------------------------------------------------------------- xIPReLU
+@kernel
+def _quad_factor(a, x, beta):
+    """``a*x + beta`` correctly rounded even where it cancels: a*x is formed exactly
+    (two_prod), p + beta is exact near the root (Sterbenz) and the error term is added last."""
+    p, e = two_prod(a, x)
+    return (p + beta) + e
+
+
+@kernel
+def xiprelu_f(x, ap, an, beta):
+    T = type(x)
+    a = an
+    if x > T(0.0):
+        a = ap
+    return x * _quad_factor(a, x, beta)
+
+
+@kernel
+def xiprelu_dx(x, ap, an, beta):
+    T = type(x)
+    a = an
+    if x > T(0.0):
+        a = ap
+    return _quad_factor(a, x + x, beta)
+
+
+@kernel
+def xiprelu_dap(x, ap, an, beta):
+    T = type(x)
+    if x > T(0.0):
+        return x * x
+    if x != x:
+        return x
+    return T(0.0)
+
+
+@kernel
+def xiprelu_dan(x, ap, an, beta):
+    T = type(x)
+    if x > T(0.0):
+        return T(0.0)
+    return x * x
+
+
+@kernel
+def xiprelu_dbeta(x, ap, an, beta):
+    return x
+
+
+def _ref_xiprelu(mp, x, ap, an, b):
+    if mp.isinf(x):
+        return mp.inf
+    a = ap if x > 0 else an
+    return a * x * x + b * x
+
+
+def _ref_xiprelu_dx(mp, x, ap, an, b):
+    a = ap if x > 0 else an
+    return 2 * a * x + b
+
+
+def _root(p, name, k):
+    """-beta/(k alpha) when it lies on that alpha's side of 0, else None."""
+    a = p[name]
+    r = -p["beta"] / (k * a)
+    if (name == "alpha_p") == (r > 0):
+        return r
+    return None
+
+
+_XAP = Param(
+    "alpha_p",
+    0.8,
+    "Curvature of the positive branch alpha_p x^2 (effective value, > 0).",
+    lo=0.0,
+    lo_open=True,
+    symbol=r"\alpha_p",
+    test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
+)
+_XAN = Param(
+    "alpha_n",
+    0.8,
+    "Curvature of the negative branch alpha_n x^2 (effective value, > 0).",
+    lo=0.0,
+    lo_open=True,
+    symbol=r"\alpha_n",
+    test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
+)
+_XBETA = Param(
+    "beta",
+    0.5,
+    "Slope at the origin (0.5 as in xIELU); any finite value.",
+    symbol=r"\beta",
+    test_values=(0.0, 0.1, 2.0, -0.5, 0.3),
+)
+
+define(
+    "xiprelu",
+    summary="xIPReLU: the integral of a PReLU-shaped gradient, quadratic on both sides.",
+    formula=(
+        r"\mathrm{xIPReLU}(x) = \begin{cases} \alpha_p x^2 + \beta x & x > 0\\"
+        r" \alpha_n x^2 + \beta x & x \le 0\end{cases}"
+    ),
+    derivative_formula=(
+        r"\frac{\partial f}{\partial x} = 2\alpha x + \beta,\quad"
+        r"\frac{\partial f}{\partial \alpha_{p}} = x^2\,\mathbb{1}[x>0],\quad"
+        r"\frac{\partial f}{\partial \alpha_{n}} = x^2\,\mathbb{1}[x\le 0],\quad"
+        r"\frac{\partial f}{\partial \beta} = x"
+    ),
+    params=[_XAP, _XAN, _XBETA],
+    f=xiprelu_f,
+    dx=xiprelu_dx,
+    dparams={"alpha_p": xiprelu_dap, "alpha_n": xiprelu_dan, "beta": xiprelu_dbeta},
+    ref=_ref_xiprelu,
+    ref_dx=_ref_xiprelu_dx,
+    ref_dparams={
+        "alpha_p": lambda mp, x, ap, an, b: x * x if x > 0 else mp.zero,
+        "alpha_n": lambda mp, x, ap, an, b: mp.zero if x > 0 else x * x,
+        "beta": lambda mp, x, ap, an, b: x,
+    },
+    notes=(
+        "f and f' are continuous (f'(0) = beta from both sides); the second derivative "
+        "jumps at 0. Both cross zero (f at -beta/alpha_n, f' at -beta/(2 alpha_n) for "
+        "beta > 0): alpha x is formed exactly with a two-product and beta added to its "
+        "leading part first, so alpha x + beta is correctly rounded there and f, f' keep "
+        "full relative accuracy through their zeros."
+    ),
+    special_points=(
+        0.0,
+        lambda p: _root(p, "alpha_n", 1.0),
+        lambda p: _root(p, "alpha_n", 2.0),
+        lambda p: _root(p, "alpha_p", 1.0),
+        lambda p: _root(p, "alpha_p", 2.0),
+    ),
+    references=(_PAPER,),
+    example=(
+        ">>> x = np.array([-2.0, -0.5, 0.0, 1.0])\n"
+        ">>> iglu_np.xiprelu(x, alpha_n=0.5)\narray([ 1.   , -0.125,  0.   ,  1.3  ])\n"
+        ">>> iglu_np.xiprelu.dx(x, alpha_n=0.5)  # zero crossing at -beta/(2 alpha_n)\n"
+        "array([-1.5,  0. ,  0.5,  2.1])"
+    ),
+)
