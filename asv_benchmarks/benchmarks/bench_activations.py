@@ -14,8 +14,8 @@ import tracemalloc
 import numpy as np
 
 from ._common import (
-    BACKENDS, DTYPES, LARGE, NAMES, SIZES, SMALL_SIZES, TRACK_SIZE, Device, check_coverage,
-    get_act, make_grad, make_x, ratio_to, registry_driven,
+    BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, SIZES, SMALL_SIZES, TRACK_SIZE, Device,
+    check_coverage, clock, get_act, make_grad, make_x, ratio_to, registry_driven, use_clock,
 )
 
 _WARM = 64  # elements in a warm-up call: compiles every loop without touching big memory
@@ -30,9 +30,11 @@ class _Throughput:
     # small ones 10 auto-scaled samples. Two rounds (processes) per benchmark by default.
     repeat = (3, 10, 2.0)
     timeout = 300.0  # a cold numba cache compiles every kernel kind in setup
+    timer = staticmethod(clock)  # CPU time on the host, wall time on a GPU (see _common)
     kind = None  # "fwd", "dx", "bwd" or "backward_params"
 
     def setup(self, name, dtype, size, backend):
+        use_clock(backend)
         act = get_act(name)
         if self.kind == "backward_params" and not act.param_names:
             raise NotImplementedError(f"{name} has no parameters")
@@ -120,6 +122,7 @@ class Overhead:
     param_names = ("activation", "input", "op")
     repeat = (5, 10, 1.0)
     timeout = 300.0
+    timer = staticmethod(CPU_CLOCK)
 
     def setup(self, name, inp, op):
         act = get_act(name)
@@ -223,8 +226,9 @@ class CopyRatio:
 
     forward vs ``np.copyto(out, x)`` (read one array, write one); backward vs
     ``np.add(x, g, out=out)`` (read two, write one). Both sides are timed interleaved in
-    the same process and the best of each is kept, so machine-wide slowdowns (other
-    jobs, frequency scaling) largely cancel: a regression shows as a higher ratio.
+    the same process, in CPU time (see ``_common``), and the best of each is kept, so
+    machine-wide slowdowns (other jobs, frequency scaling) largely cancel: a regression
+    shows as a higher ratio.
     """
 
     params = (NAMES, ("forward", "backward"), DTYPES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import NAMES, SEED, check_coverage, get_act, registry_driven
+from ._common import CPU_CLOCK, NAMES, SEED, check_coverage, get_act, registry_driven
 
 N_SAMPLES, N_FEATURES, N_CLASSES, BATCH = 2048, 32, 10, 128
 HIDDEN = (64, 64)
@@ -29,6 +29,7 @@ class Trainer:
     param_names = ("activation",)
     repeat = (3, 10, 2.0)
     timeout = 300.0
+    timer = staticmethod(CPU_CLOCK)
 
     def setup(self, name):
         act = get_act(name)
