@@ -29,13 +29,13 @@ def tolerance(spec, kind: str) -> float:
     return float(spec.tolerances.get(kind, default))
 
 
-def x_points(spec, dtype, params: dict, n_log: int = 110) -> np.ndarray:
+def x_points(spec, dtype, params: dict, n_log: int = 110, n_lin: int = 97) -> np.ndarray:
     """±logspace(1e-30, x_max), a linear grid on [-12, 12], ±0, ±inf, NaN-free, and the
     spec's special points with their neighbours (kinks, thresholds)."""
     lo, hi = spec.x_range
     xmax = min(abs(lo), abs(hi), float(np.finfo(dtype).max))
     mags = np.logspace(-30, math.log10(xmax), n_log)
-    pts = [mags, -mags, np.linspace(-12, 12, 97), [0.0, -0.0, np.inf, -np.inf]]
+    pts = [mags, -mags, np.linspace(-12, 12, n_lin), [0.0, -0.0, np.inf, -np.inf]]
     sp = []
     for s in spec.special_points:
         v = s(params) if callable(s) else s
@@ -72,6 +72,19 @@ def param_sets(spec, dtype) -> list:
             if d not in sets:
                 sets.append(d)
     return [{k: float(dtype(v)) for k, v in s.items()} for s in sets]
+
+
+def _thin(spec, psets, k):
+    """The default set plus, per parameter, its first k varied values (edges come last in
+    param_sets, so keep the last one too)."""
+    base = psets[0]
+    keep = [base]
+    for p in spec.param_names:
+        varied = [s for s in psets[1:] if s[p] != base[p]]
+        for s in varied[: k - 1] + varied[-1:]:
+            if s not in keep:
+                keep.append(s)
+    return keep
 
 
 def _mpf(v):
@@ -142,7 +155,13 @@ def ulp_errors(got: np.ndarray, true: list, scale, dtype) -> np.ndarray:
     return errs
 
 
-def measure(spec, kind: str, dtype, ufunc=None) -> Result:
+# The default test run samples fewer points and parameter sets (every tenth-ish point of
+# the full grid, the defaults, each parameter's first test value and its domain edges);
+# `pytest -m slow` and `python -m tests.accuracy` run the full sweep.
+QUICK = dict(n_log=37, n_lin=33, max_values_per_param=2)
+
+
+def measure(spec, kind: str, dtype, ufunc=None, quick: bool = False) -> Result:
     """Worst ulp error of ``kind`` over all test points and parameter sets."""
     import iglu_np
 
@@ -151,8 +170,13 @@ def measure(spec, kind: str, dtype, ufunc=None) -> Result:
         ufunc = act._ufunc(kind)
     worst = Result(0.0, 0.0, 0.0, 0.0, 0)
     n = 0
-    for params in param_sets(spec, dtype):
-        x = x_points(spec, dtype, params)
+    psets = param_sets(spec, dtype)
+    npts = {}
+    if quick:
+        npts = dict(n_log=QUICK["n_log"], n_lin=QUICK["n_lin"])
+        psets = _thin(spec, psets, QUICK["max_values_per_param"])
+    for params in psets:
+        x = x_points(spec, dtype, params, **npts)
         pv = [dtype(params[p]) for p in spec.param_names]
         with np.errstate(all="ignore"):
             got = ufunc(x, *pv)

@@ -16,13 +16,27 @@ CASES = [
 ]
 
 
+def _check(name, kind, dtype, quick):
+    spec = iglu_np.ACTIVATIONS[name].spec
+    r = acc.measure(spec, kind, dtype, quick=quick)
+    tol = acc.tolerance(spec, kind)
+    assert r.worst <= tol, f"{name}.{kind} {np.dtype(dtype).name}: {r} params={r.params}"
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,kind", CASES, ids=[f"{n}-{k}" for n, k in CASES])
 def test_ulp(name, kind, dtype):
-    spec = iglu_np.ACTIVATIONS[name].spec
-    r = acc.measure(spec, kind, dtype)
-    tol = acc.tolerance(spec, kind)
-    assert r.worst <= tol, f"{name}.{kind} {np.dtype(dtype).name}: {r} params={r.params}"
+    """A thinned sweep (see accuracy.QUICK) that keeps the suite short."""
+    _check(name, kind, dtype, quick=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name,kind", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+def test_ulp_full(name, kind, dtype):
+    """The full sweep: 110 log-spaced magnitudes a sign, 97 linear points, every
+    parameter test value and domain edge."""
+    _check(name, kind, dtype, quick=False)
 
 
 @pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
