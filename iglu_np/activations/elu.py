@@ -132,6 +132,8 @@ def celu_dalpha(x, alpha):
 @kernel
 def selu_f(x):
     T = type(x)
+    if x == T(0.0):
+        return x  # the Dekker product's low part is +0 and would turn -0 into +0
     if x > T(0.0):
         if is_f32(x):
             hi, lo = T(SELU_L_HI32), T(SELU_L_LO32)
