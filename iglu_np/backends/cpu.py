@@ -50,8 +50,17 @@ def n_inputs(spec, kind: str) -> int:
     return len(spec.params) + (2 if kind.startswith("bwd") else 1)
 
 
+_KERNEL_SOURCES = {
+    "_spec.py", "_math.py", "_vmath.py",
+    "backends/_rebind.py", "backends/cpu.py", "backends/cpu_fast.py",
+}
+
+
 def source_hash() -> str:
-    """Hash of every Python file of the package plus the Numba version."""
+    """Hash of the files CPU kernels are compiled from, plus the Numba version.
+
+    Only kernel sources count (specs, helpers, the CPU backends): an edit to the trainer,
+    the CLI or a GPU backend must not recompile every ufunc."""
     h = _state.get("hash")
     if h is None:
         import numba
@@ -61,7 +70,8 @@ def source_hash() -> str:
         d = hashlib.sha256(numba.__version__.encode())
         d.update(b"vmath" if _vmath.enabled() else b"libm")  # IGLU_NP_VMATH=0 compiles apart
         for p in sorted(_PKG_DIR.rglob("*.py")):
-            if p.relative_to(_PKG_DIR).parts[0] == "nn":  # the trainer defines no kernels
+            rel = p.relative_to(_PKG_DIR)
+            if not (rel.parts[0] == "activations" or str(rel) in _KERNEL_SOURCES):
                 continue
             d.update(str(p.relative_to(_PKG_DIR)).encode())
             d.update(p.read_bytes())
