@@ -28,9 +28,9 @@ import types
 import numba
 from llvmlite import ir
 from numba import types as nbt
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
-__all__ = ["atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "MATH", "enabled"]
+__all__ = ["horner", "atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "MATH", "enabled"]
 
 
 def enabled() -> bool:
@@ -87,14 +87,41 @@ def _pow2(k, like):
     return _from_bits((k + 1023) << 52, like)
 
 
-@_jit
-def _poly(v, c):
+def horner(v, c):
+    """``sum(c[k] * v**k)`` (ascending coefficients, cast to v's type) as straight-line
+    code. The CPU backend compiles :func:`iglu_np._math.horner` as this: the loop over a
+    tuple there is not always fully unrolled by LLVM (degree >= 10 was not), and a loop
+    left inside the element loop keeps the element loop scalar."""
     T = type(v)
-    n = len(c)
-    r = T(c[n - 1])
-    for k in range(n - 2, -1, -1):
+    r = T(c[len(c) - 1])
+    for k in range(len(c) - 2, -1, -1):
         r = r * v + T(c[k])
     return r
+
+
+_HORNER_IMPLS: dict = {}
+
+
+def _horner_impl(n: int):
+    impl = _HORNER_IMPLS.get(n)
+    if impl is None:
+        lines = ["def horner_unrolled(v, c):", "    T = type(v)", f"    r = T(c[{n - 1}])"]
+        lines += [f"    r = r * v + T(c[{k}])" for k in range(n - 2, -1, -1)]
+        lines.append("    return r")
+        ns: dict = {}
+        exec(compile("\n".join(lines), f"<iglu_np._vmath.horner[{n}]>", "exec"), ns)
+        impl = _HORNER_IMPLS[n] = ns["horner_unrolled"]
+    return impl
+
+
+@overload(horner, inline="always")
+def _ov_horner(v, c):
+    if isinstance(v, nbt.Float) and isinstance(c, nbt.BaseTuple) and len(c) > 0:
+        return _horner_impl(len(c))
+    return None
+
+
+_poly = horner
 
 
 # --------------------------------------------------------------------------- atan

@@ -107,8 +107,8 @@ class _CpuRebinder(Rebinder):
     """Rebinds ``math`` too: to :data:`iglu_np._vmath.MATH`, whose elementary functions
     vectorise (libm's are scalar calls that keep every loop scalar)."""
 
-    def __init__(self, jit, math_ns):
-        super().__init__(jit)
+    def __init__(self, jit, math_ns, overrides=None):
+        super().__init__(jit, overrides)
         self._math_ns = math_ns
 
     def rebound(self, fn):
@@ -131,9 +131,13 @@ def _rebinder() -> Rebinder:
         # inline='always' lets LLVM see through helpers (needed for SIMD) and keeps each
         # ufunc a single self-contained object for the on-disk cache. error_model='numpy':
         # a division by zero gives inf/nan instead of a branch to raise (no SIMD then).
+        from .. import _math
+
         rb = _state["rebinder"] = _CpuRebinder(
             lambda f: numba.njit(inline="always", error_model="numpy", cache=False)(f),
             _vmath.MATH if _vmath.enabled() else None,
+            # straight-line Horner: a loop left in a kernel keeps the element loop scalar
+            {_math.horner: _vmath.horner},
         )
     return rb
 
