@@ -43,10 +43,17 @@ IGLU_TAIL_HI = (  # in (v - 0.625), for v in [0.25, 1]
 def z_gate_f(x, sigma):
     T = type(x)
     t = sigma * x
-    if t < T(0.0):
-        # 1/2 + atan(t)/pi cancels for t << 0; reflect: atan(1/|t|)/pi.
-        return math.atan(T(-1.0) / t) / T(math.pi)
-    return T(0.5) + math.atan(t) / T(math.pi)
+    neg = t < T(0.0)
+    # One atan on a selected argument, then selects: branch-free, so the element loop
+    # vectorises (an atan per branch is computed on every lane once if-converted).
+    # 1/2 + atan(t)/pi cancels for t << 0; reflect: atan(1/|t|)/pi.
+    # Each select's discarded side gets a harmless argument, so no lane raises FP flags
+    # that the raw ufunc would report as warnings (here: -1/0 for t = 0).
+    # (The safe value is not a constant: LLVM would fold -1/select(c, t, K) back into
+    # select(c, -1/t, -1/K) and divide by t = 0 anyway.)
+    tn = t if neg else -abs(t) - T(1.0)
+    a = math.atan(T(-1.0) / tn if neg else t)
+    return a / T(math.pi) if neg else T(0.5) + a / T(math.pi)
 
 
 @kernel
@@ -85,40 +92,44 @@ def z_gate_dsigma(x, sigma):
 def iglu_f(x, sigma):
     T = type(x)
     t = sigma * x
-    if t < T(0.0):
-        u = T(-1.0) / t  # 1/|t|
-        if u < T(1.0):
-            # x*atan(u)/pi = -(atan(u)/u)/(pi*sigma): exact limit -1/(pi*sigma) at -inf,
-            # and atan(u)/u is insensitive to the rounding of u.
-            ratio = T(1.0)
-            if u > T(0.0):
-                ratio = math.atan(u) / u
-            return -ratio / (T(math.pi) * sigma)
-        return x * (math.atan(u) / T(math.pi))
-    return x * (T(0.5) + math.atan(t) / T(math.pi))
+    neg = t < T(0.0)
+    # One atan on the selected argument and selects instead of branches: the element
+    # loop vectorises (see z_gate_f). Each case computes exactly what it did as a branch;
+    # the arguments of the discarded cases are clamped so that no lane raises FP flags.
+    u = T(-1.0) / (t if neg else -abs(t) - T(1.0))  # 1/|t| where t < 0 (see z_gate_f)
+    a = math.atan(u if neg else t)
+    pos = x * (T(0.5) + a / T(math.pi))
+    # u < 1: x*atan(u)/pi = -(atan(u)/u)/(pi*sigma): exact limit -1/(pi*sigma) at -inf,
+    # and atan(u)/u is insensitive to the rounding of u.
+    ratio = a / (u if u > T(0.0) else T(1.0)) if u > T(0.0) else T(1.0)
+    near = -ratio / (T(math.pi) * sigma)
+    far = (x if u >= T(1.0) else T(0.0)) * (a / T(math.pi))
+    return (near if u < T(1.0) else far) if neg else pos
 
 
 @kernel
 def iglu_dx(x, sigma):
     T = type(x)
     t = sigma * x
-    if t < T(0.0):
-        u = T(-1.0) / t
-        if u >= T(1.0):
-            # Z + t/(pi(1+t^2)) = (atan(u) - u/(1+u^2))/pi; for u >= 1 it loses < 2 bits.
-            return (math.atan(u) - T(1.0) / (u + T(1.0) / u)) / T(math.pi)
-        # The two terms cancel to ~ 2u^3/(3pi): evaluate u^3 * P(u^2) with no subtraction.
-        v = u * u
-        if v <= T(0.25):
-            p = horner(v, IGLU_TAIL_LO)
-        else:
-            p = horner(v - T(0.625), IGLU_TAIL_HI)
-        return (u * v) * p / T(math.pi)
-    if t > T(1.0):
-        q = T(1.0) / (t + T(1.0) / t)
-    else:
-        q = t / (T(1.0) + t * t)
-    return T(0.5) + (math.atan(t) + q) / T(math.pi)
+    neg = t < T(0.0)
+    # One atan and selects (vectorises; see iglu_f); discarded cases get clamped inputs.
+    u = T(-1.0) / (t if neg else -abs(t) - T(1.0))
+    a = math.atan(u if neg else t)
+    # t < 0, u >= 1: Z + t/(pi(1+t^2)) = (atan(u) - u/(1+u^2))/pi loses < 2 bits.
+    uf = u if u >= T(1.0) else T(1.0)
+    far = (a - T(1.0) / (uf + T(1.0) / uf)) / T(math.pi)
+    # t < 0, u < 1: the two terms cancel to ~ 2u^3/(3pi): u^3 * P(u^2), no subtraction.
+    un = u if u < T(1.0) else T(0.0)
+    v = un * un
+    p = horner(v, IGLU_TAIL_LO) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI)
+    near = (un * v) * p / T(math.pi)
+    tp = T(0.0) if neg else t
+    big = tp > T(1.0)
+    t1 = tp if big else tp + T(2.0)
+    t2 = T(0.0) if big else tp
+    q = T(1.0) / (t1 + T(1.0) / t1) if big else t2 / (T(1.0) + t2 * t2)
+    pos = T(0.5) + (a + q) / T(math.pi)
+    return (far if u >= T(1.0) else near) if neg else pos
 
 
 @kernel
