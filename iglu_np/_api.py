@@ -147,6 +147,7 @@ class Activation:
         self.__qualname__ = spec.name
         self.__module__ = "iglu_np"
         self._ufuncs = {}
+        self._plans = {}  # kind + dtype char -> (compiled loop, threaded kernel)
         self._params_by_name = {p.name: p for p in spec.params}
         self._defaults_tuple = tuple(p.default for p in spec.params)
         from ._docs import activation_doc, op_doc
@@ -284,7 +285,80 @@ class Activation:
         except TypeError as e:
             raise TypeError(f"{self.name}: {e}") from None
 
+    def _fast(self, kind, data, params, out):
+        """The common case without the general machinery: C-contiguous aligned float32/64
+        numpy arrays of one dtype and shape, scalar parameters, ``out`` None or a matching
+        array (or x/grad_out itself). Returns None to fall back to the general path, which
+        also produces every error message."""
+        x = data[0]
+        if type(x) is not np.ndarray:
+            return None
+        dt = x.dtype
+        if (dt is not _F32 and dt is not _F64) or x.ndim == 0:
+            return None
+        fl = x.flags
+        if not (fl.c_contiguous and fl.aligned):
+            return None
+        shape = x.shape
+        g = None
+        if len(data) == 2:
+            g = data[1]
+            if type(g) is not np.ndarray or g.dtype is not dt or g.shape != shape:
+                return None
+            fl = g.flags
+            if not (fl.c_contiguous and fl.aligned):
+                return None
+        if params:
+            vals = self._param_values(params)  # validates; raises the usual errors
+            for v in vals:
+                tv = type(v)
+                if tv is not float and tv is not int and not isinstance(v, np.floating):
+                    return None
+        else:
+            vals = self._defaults_tuple
+        if out is None:
+            o = np.empty(shape, dt)
+        else:
+            if type(out) is not np.ndarray or out.dtype is not dt or out.shape != shape:
+                return None
+            fl = out.flags
+            if not (fl.c_contiguous and fl.aligned and fl.writeable):
+                return None
+            # Two arrays that own their memory cannot overlap: skip the 0.5 us
+            # may_share_memory for the usual preallocated buffers.
+            if out is not x and out is not g and (out.base is not None or x.base is not None or (
+                g is not None and g.base is not None)) and (
+                np.may_share_memory(out, x) or (g is not None and np.may_share_memory(out, g))
+            ):
+                return None  # partial overlap: numpy's buffered semantics
+            o = out
+        fast = _FAST or _cpu_fast()
+        loop, par_kernel = self._plans.get(kind + dt.char) or self._plan(kind, dt)
+        n = x.size
+        if x.ndim != 1:
+            x = x.reshape(-1)
+            o1 = o.reshape(-1)
+            if g is not None:
+                g = g.reshape(-1)
+        else:
+            o1 = o
+        ins = (x,) if g is None else (x, g)
+        if n >= fast.THRESHOLD and fast.numba.get_num_threads() > 1:
+            # typed parameters: the dispatcher would type a Python float as float64
+            par_kernel(*ins, o1, True, *[dt.type(v) for v in vals])
+        else:
+            loop(*ins, o1, 0, n, *vals)
+        return o
+
+    def _plan(self, kind, dt):
+        p = self._plans[kind + dt.char] = _cpu_fast().plan(self.name, kind, dt)
+        return p
+
     def _run(self, kind, data, params, out):
+        if "backend" not in params:
+            r = self._fast(kind, data, params, out)
+            if r is not None:
+                return r
         backend = params.pop("backend", None) if "backend" in params else None
         if backend is None:
             for d in data:
