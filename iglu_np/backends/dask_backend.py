@@ -12,8 +12,11 @@ inputs.
 * Scalar and numpy parameters are validated when the graph is built; dask parameters
   cannot be inspected without computing them, so their domain check runs inside each
   task (and raises when the result is computed).
-* ``backward_params`` sums the elementwise gradients with dask reductions, so the result
-  is a lazy array of each parameter's shape.
+* ``backward_params`` sums the elementwise gradients with dask reductions (in float64,
+  rounded once to the result dtype), so the result is a lazy array of each parameter's
+  shape.
+* Each task runs its kernel on one Numba thread (:data:`CHUNK_THREADS`): the parallelism
+  comes from Dask's workers and threads, not from nested thread pools.
 
 Everything a task carries pickles (activations pickle by name, the chunk function is a
 module-level function), so graphs run on ``dask.distributed`` worker processes; each
@@ -26,14 +29,18 @@ import numbers
 
 import dask
 import dask.array as da
+import numba
 import numpy as np
 from dask.array.core import broadcast_shapes, handle_out
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .._api import _F16, _F32, _all_half, _dtype_of, _unbroadcast
+from .._api import _F16, _F32, _F64, _all_half, _dtype_of
 
-__all__ = ["handles", "run", "status"]
+__all__ = ["handles", "run", "status", "CHUNK_THREADS"]
+
+#: Numba threads per chunk task (raise it for a scheduler with fewer threads than cores).
+CHUNK_THREADS = 1
 
 
 def handles(array) -> bool:
@@ -55,7 +62,17 @@ def _chunk(act, kind, n_data, array_names, scalars, *blocks):
     """One task: the activation on one chunk of each input (module level so it pickles)."""
     params = dict(scalars)
     params.update(zip(array_names, blocks[n_data:]))
-    return act._run(kind, blocks[:n_data], params, None)
+    # Dask already runs one task per core: the CPU fast path's own prange threads would
+    # oversubscribe the cores, so each task runs its kernel on its own thread
+    # (numba's thread count is thread-local; restored afterwards).
+    prev = numba.get_num_threads()
+    if prev != CHUNK_THREADS:
+        numba.set_num_threads(CHUNK_THREADS)
+    try:
+        return act._run(kind, blocks[:n_data], params, None)
+    finally:
+        if prev != CHUNK_THREADS:
+            numba.set_num_threads(prev)
 
 
 def _as_dask(v):
@@ -181,5 +198,17 @@ def _backward_params(act, data, scalars, arrays):
     for p in act.param_names:
         full = _elementwise(act, "bwd_" + p, data, scalars, arrays, dtype)
         pshape = arrays[p].shape if p in arrays else ()
-        res[p] = _unbroadcast(full, tuple(pshape))
+        res[p] = _reduce_to(full, tuple(pshape), dtype)
     return res
+
+
+def _reduce_to(a, shape, dtype):
+    """Sum ``a`` down to ``shape`` (undo broadcasting), accumulating in float64 like the
+    CPU path's scalar reductions, then round once to ``dtype``."""
+    nlead = a.ndim - len(shape)
+    axes = list(range(nlead))
+    axes += [nlead + i for i, n in enumerate(shape) if n == 1 and a.shape[nlead + i] != 1]
+    if not axes:
+        return a.reshape(shape)
+    r = a.sum(axis=tuple(axes), keepdims=True, dtype=_F64)
+    return r.reshape(shape).astype(dtype)

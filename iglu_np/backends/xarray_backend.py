@@ -56,6 +56,15 @@ def run(act, kind, data, params, out):
     labelled, plain = _split(dict(params))
     if kind != "backward_params":
         return _apply(act, kind, data, labelled, plain)
+    if not labelled:
+        # Nothing to align by name: line x and grad_out up and use the array backend's
+        # own reduction (numpy or dask), which returns arrays of the parameters' shapes.
+        arrs = [d for d in data if isinstance(d, xr.DataArray)]
+        arrs = xr.broadcast(*xr.align(*arrs, join="exact"))
+        dims = arrs[0].dims
+        it = iter(a.transpose(*dims).data for a in arrs)
+        plain_data = [next(it) if isinstance(d, xr.DataArray) else d for d in data]
+        return act.backward_params(*plain_data, **plain)
     # float16 data gives float32 gradients on numpy: sum before rounding to float16.
     data = tuple(
         d.astype(np.float32) if getattr(d, "dtype", None) == np.float16 else d for d in data
