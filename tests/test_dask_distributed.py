@@ -40,6 +40,7 @@ def _inputs():
     return xn, gn, sig, x, g, s
 
 
+@pytest.mark.slow  # ~20-25 s with a warm Numba cache on 2 shared cores (spawns 2 workers)
 def test_forward_backward_and_param_sums_on_worker_processes(cluster_client):
     cluster, client = cluster_client
     worker_pids = set(client.run(os.getpid).values())
