@@ -1,22 +1,20 @@
 """GELU family: exact GELU x*Phi(x), PyTorch's tanh approximation, and the IGLU paper's
 parametric GELU_a(x) = x*Phi(a x) (Hendrycks & Gimpel 2016; Kang, Yang & Rocha Neto 2026).
 
-The hard part is the x << 0 tail. Phi(x) = erfc(-x/sqrt2)/2 and phi(x) = exp(-x^2/2)/sqrt(2 pi)
-have condition number ~x^2 there, so the *arguments* -x/sqrt2 and x^2/2 (and, for gelu_tanh,
-the cubic 2u = k1 x + k3 x^3 fed to exp) are carried as double-word pairs; the low word
-enters through a first-order correction (erfc(z + e) = erfc(z) - e (2/sqrt pi) exp(-z^2),
-exp(y + e) = exp(y)(1 + e)). Without it the error grows to ~x^2/2 ulp (~140 ulp at x = -17
-in float64). Numba's math.erfc (C erfc/erfcf) measures <= 2.3 ulp in both dtypes on its own.
+The hard part is the x << 0 tail, where Phi and phi(x) = exp(-x^2/2)/sqrt(2 pi) have
+condition number ~x^2: rounding the exponent x^2/2 alone costs ~x^2/2 ulp (~180 ulp at
+x = -19 in float64). So phi is evaluated from an exactly split x^2 (double-word exponent,
+exp(y + e) = exp(y)(1 + e)), and Phi(-|t|) = phi(t) M(|t|) with M the Mills ratio, a smooth
+function fitted by polynomials (tools/derive_coefficients.py). libm's erfc is not used: it
+measures ~2.3 ulp on its own (CUDA documents 4-5 ulp), which left GELU at ~3.4 ulp.
+gelu_tanh carries its cubic 2u = k1 x + k3 x^3 as a double-word pair for the same reason.
 """
 import math
-from decimal import Decimal, getcontext
+from decimal import Decimal, localcontext
 import struct
 
-from .._math import is_f32, two_prod
+from .._math import horner, is_f32, two_prod
 from .._spec import Param, define, kernel
-
-getcontext().prec = 60
-
 
 def _f32(v: float) -> float:
     return struct.unpack("f", struct.pack("f", v))[0]
@@ -24,27 +22,185 @@ def _f32(v: float) -> float:
 
 def _dw(digits: str):
     """(hi64, lo64, hi32, lo32): a constant split into hi + lo pairs for both dtypes."""
-    d = Decimal(digits)
-    hi64 = float(d)
-    hi32 = _f32(hi64)
-    return hi64, float(d - Decimal(hi64)), hi32, _f32(float(d - Decimal(hi32)))
+    with localcontext() as ctx:
+        ctx.prec = 60
+        d = Decimal(digits)
+        hi64 = float(d)
+        hi32 = _f32(hi64)
+        return hi64, float(d - Decimal(hi64)), hi32, _f32(float(d - Decimal(hi32)))
 
 
-# 1/sqrt(2), log(sqrt(2 pi)), and gelu_tanh's 2*sqrt(2/pi) and 2*sqrt(2/pi)*0.044715.
-_R2 = _dw("0.70710678118654752440084436210484903928483593768847")
+# log(sqrt(2 pi)), and gelu_tanh's 2*sqrt(2/pi) and 2*sqrt(2/pi)*0.044715.
 _LNS2PI = _dw("0.91893853320467274178032973640561763986139747363778")
 _K1 = _dw("1.5957691216057307117597842397375274739034345246597")
 _K3 = _dw("0.07135481627260024877633875227986354099559207477016")
-R2_64H, R2_64L, R2_32H, R2_32L = _R2
 LN_64H, LN_64L, LN_32H, LN_32L = _LNS2PI
 K1_64H, K1_64L, K1_32H, K1_32L = _K1
 K3_64H, K3_64L, K3_32H, K3_32L = _K3
-TWO_RSQRTPI = 1.1283791670955125738961589031215451716881012586580  # 2/sqrt(pi)
 THREE_K3 = 0.21406444881780074632901625683959062298677622431048  # d(2u)/dx = k1 + 3 k3 x^2
 
 # Roots of the x-derivatives (they cross zero once, on the negative side).
 GELU_DX_ROOT = -0.75179152469356445745790494677952403966447115342345
 GELU_TANH_DX_ROOT = -0.75246142207101625848795444328891609060539217803763
+
+# Mills ratio M(t) = Phi(-t)/phi(t) on t in [0, 4] (four pieces, in t - centre) and
+# S(v) = t M(t) in v = 1/t^2 for t >= 4 (in v - 1/32), from tools/derive_coefficients.py
+# (gelu_fits). The comment lines give each fit's own relative error.
+# GELU_M0_64: degree 16 in (v - 0.5) on [0, 1], max rel error 6.4e-19, Horner condition <= 1.91
+GELU_M0_64 = (
+    8.7636445645369234673e-1,
+    -5.6181777177315381081e-1,
+    2.9772778528355771324e-1,
+    -1.3765129304379469474e-1,
+    5.7225534690416136605e-2,
+    -2.180770513954672033e-2,
+    7.7202803533889923113e-3,
+    -2.5639378561291869049e-3,
+    8.0478892937126255023e-4,
+    -2.4017143065542277406e-4,
+    6.8470306032846513495e-5,
+    -1.872191331180475033e-5,
+    4.9258918384094709508e-6,
+    -1.2488213383752705238e-6,
+    3.0677393507996970679e-7,
+    -7.730163378357871368e-8,
+    1.7824210898311749839e-8,
+)
+# GELU_M1_64: degree 15 in (v - 1.5) on [1, 2], max rel error 4.81e-19, Horner condition <= 1.56
+GELU_M1_64 = (
+    5.158156382179633548e-1,
+    -2.2627654267305496742e-1,
+    8.8200412104190566072e-2,
+    -3.1325308172256452603e-2,
+    1.0303112461441866543e-2,
+    -3.174127896013940846e-3,
+    9.2365343654444347334e-4,
+    -2.5552110601233897464e-4,
+    6.7546467353539243127e-5,
+    -1.713348767553033059e-5,
+    4.1846648843405164981e-6,
+    -9.8696750327758477565e-7,
+    2.2515580646752384923e-7,
+    -4.9879721332713906677e-8,
+    1.1219305425332042897e-8,
+    -2.3470458044710491693e-9,
+)
+# GELU_M2_64: degree 14 in (v - 2.5) on [2, 3], max rel error 5.98e-19, Horner condition <= 1.38
+GELU_M2_64 = (
+    3.5426511132979366678e-1,
+    -1.14337221675515839e-1,
+    3.4211028570502043171e-2,
+    -9.6032167497526857919e-3,
+    2.5507466740293644348e-3,
+    -6.4527001297438635615e-4,
+    1.5626194028856460988e-4,
+    -3.6373593873176239229e-5,
+    8.1659940888773898903e-6,
+    -1.7731859233970181113e-6,
+    3.7330601882824902012e-7,
+    -7.6318807106579988317e-8,
+    1.5194458964645026715e-8,
+    -3.0490655945349444085e-9,
+    5.7687060879484729544e-10,
+)
+# GELU_M3_64: degree 13 in (v - 3.5) on [3, 4], max rel error 1.21e-18, Horner condition <= 1.29
+GELU_M3_64 = (
+    2.6656776896822375746e-1,
+    -6.7012808611216850018e-2,
+    1.6011469414482269221e-2,
+    -3.6575552201761403047e-3,
+    8.0250653597425727903e-4,
+    -1.6975646885999312973e-4,
+    3.4726482306428626898e-5,
+    -6.8876828451949949914e-6,
+    1.3274511887685150707e-6,
+    -2.4906826066449264847e-7,
+    4.5558637307879881165e-8,
+    -8.1405764009295169148e-9,
+    1.4588567424058396132e-9,
+    -2.4927993734884620813e-10,
+)
+# GELU_S_64: degree 20 in (v - 0.03125) on [0, mpf('0.0625')], max rel error 4.02e-19, Horner condition <= 1.06
+GELU_S_64 = (
+    9.7130086495802848643e-1,
+    -8.4685669783904068438e-1,
+    2.0165611311007919403,
+    -7.3640713737958579296,
+    3.4933723376900556385e+1,
+    -1.9904146449972024133e+2,
+    1.302094127054698753e+3,
+    -9.5011906826373992396e+3,
+    7.5802682123608030778e+4,
+    -6.5172294165237715999e+5,
+    5.9728834292495430464e+6,
+    -5.7903948496461140772e+7,
+    5.890342156757091807e+8,
+    -6.1585145538935419893e+9,
+    6.7689558959150904101e+10,
+    -9.0013571916325400368e+11,
+    1.0879249175580646641e+13,
+    -2.9645161009797292297e+13,
+    2.3502949654947524439e+14,
+    -4.9413374560288744482e+16,
+    6.7505284280092444286e+17,
+)
+# GELU_M0_32: degree 8 in (v - 0.5) on [0, 1], max rel error 2.56e-9, Horner condition <= 1.91
+GELU_M0_32 = (
+    8.7636445645369234673e-1,
+    -5.6181773730752055554e-1,
+    2.977277754910289535e-1,
+    -1.3765312854113031955e-1,
+    5.722605625793445963e-2,
+    -2.1781377743537741109e-2,
+    7.7127970175123825432e-3,
+    -2.7030681600990429305e-3,
+    8.443633211166114818e-4,
+)
+# GELU_M1_32: degree 7 in (v - 1.5) on [1, 2], max rel error 4.48e-9, Horner condition <= 1.56
+GELU_M1_32 = (
+    5.1581563609155746529e-1,
+    -2.2627654213485722292e-1,
+    8.8200684152944105269e-2,
+    -3.1325377030674469638e-2,
+    1.0297685648960009315e-2,
+    -3.1727540625690389404e-3,
+    9.5815749897714987085e-4,
+    -2.6426005043422883561e-4,
+)
+# GELU_M2_32: degree 7 in (v - 2.5) on [2, 3], max rel error 7.55e-10, Horner condition <= 1.38
+GELU_M2_32 = (
+    3.5426511107481051431e-1,
+    -1.1433722162022197309e-1,
+    3.4211061196718288813e-2,
+    -9.6032238249918811166e-3,
+    2.5500954049771577985e-3,
+    -6.451287646611718695e-4,
+    1.6040987890874442016e-4,
+    -3.7273458965208414187e-5,
+)
+# GELU_M3_32: degree 6 in (v - 3.5) on [3, 4], max rel error 3.29e-9, Horner condition <= 1.29
+GELU_M3_32 = (
+    2.6656776896822375715e-1,
+    -6.7012820570300799441e-2,
+    1.601147171747978377e-2,
+    -3.6571729612883187749e-3,
+    8.0243291900354972829e-4,
+    -1.7280419089558512085e-4,
+    3.5313525771053607909e-5,
+)
+# GELU_S_32: degree 9 in (v - 0.03125) on [0, mpf('0.0625')], max rel error 1.97e-11, Horner condition <= 1.06
+GELU_S_32 = (
+    9.7130086497144583231e-1,
+    -8.4685669797239963917e-1,
+    2.0165604455234374178,
+    -7.3640645609483715192,
+    3.4939279984049771792e+1,
+    -1.990966265958201251e+2,
+    1.2865331416384043768e+3,
+    -9.347057850499372513e+3,
+    9.308390272619657734e+4,
+    -8.2204578302219779837e+5,
+)
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
 _HG = "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs), arXiv:1606.08415 (2016)"
@@ -58,25 +214,6 @@ def _two_sum(a, b):
     bb = s - a
     e = (a - (s - bb)) + (b - bb)
     return s, e
-
-
-@kernel
-def _ncdf_dw(t_hi, t_lo):
-    """Phi(t_hi + t_lo), the standard normal CDF, for a dw argument."""
-    T = type(t_hi)
-    if is_f32(t_hi):
-        c_hi = T(R2_32H)
-        c_lo = T(R2_32L)
-    else:
-        c_hi = T(R2_64H)
-        c_lo = T(R2_64L)
-    # z + e = t/sqrt2 beyond working precision: erfc(-z) alone would cost ~z^2 ulp.
-    z, e = two_prod(t_hi, c_hi)
-    p = math.erfc(-z)
-    if abs(z) < T(64.0):  # beyond, erfc is saturated (and t_hi*c_lo may be inf)
-        e = e + (t_hi * c_lo + t_lo * c_hi)
-        p = p + e * T(TWO_RSQRTPI) * math.exp(-z * z)
-    return T(0.5) * p
 
 
 @kernel
@@ -101,24 +238,70 @@ def _npdf_dw(t_hi, t_lo):
 
 
 @kernel
+def _mills(a):
+    """Mills ratio M(a) = Phi(-a)/phi(a) for a >= 0 (0 at a = inf; NaN propagates)."""
+    T = type(a)
+    if a < T(1.0):
+        if is_f32(a):
+            return horner(a - T(0.5), GELU_M0_32)
+        return horner(a - T(0.5), GELU_M0_64)
+    if a < T(2.0):
+        if is_f32(a):
+            return horner(a - T(1.5), GELU_M1_32)
+        return horner(a - T(1.5), GELU_M1_64)
+    if a < T(3.0):
+        if is_f32(a):
+            return horner(a - T(2.5), GELU_M2_32)
+        return horner(a - T(2.5), GELU_M2_64)
+    if a < T(4.0):
+        if is_f32(a):
+            return horner(a - T(3.5), GELU_M3_32)
+        return horner(a - T(3.5), GELU_M3_64)
+    return _mills_s(a) / a
+
+
+@kernel
+def _mills_s(a):
+    """S = a M(a) for a >= 4, a polynomial in 1/a^2 (-> 1 at a = inf)."""
+    T = type(a)
+    v = T(1.0) / (a * a) - T(0.03125)
+    if is_f32(a):
+        return horner(v, GELU_S_32)
+    return horner(v, GELU_S_64)
+
+
+@kernel
 def _gelu_core(x, t_hi, t_lo):
-    """x * Phi(t)."""
+    """x * Phi(t) with Phi(-|t|) = phi(t) M(|t|) (no erfc: its own error is ~2 ulp)."""
     T = type(x)
-    p = _ncdf_dw(t_hi, t_lo)
-    if p == T(0.0):  # x = -inf would give -inf*0; the limit is 0 (from below)
-        return T(-0.0)
-    return x * p
+    ph = _npdf_dw(t_hi, t_lo)
+    a = abs(t_hi)
+    if t_hi < T(0.0):
+        if ph == T(0.0):  # x = -inf would give -inf*0; the limit is 0 (from below)
+            return T(-0.0)
+        if a >= T(4.0):
+            # x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
+            return (x / a) * (ph * _mills_s(a))
+        return x * (ph * _mills(a))
+    # Phi(t) = 1 - Phi(-t) with Phi(-t) <= 1/2: no cancellation.
+    return x * (T(1.0) - ph * _mills(a))
 
 
 @kernel
 def _gelu_dx_core(t_hi, t_lo):
-    """Phi(t) + t phi(t)."""
+    """Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0."""
     T = type(t_hi)
     ph = _npdf_dw(t_hi, t_lo)
-    q = T(0.0)
-    if ph != T(0.0):  # t = +-inf: t*phi -> 0
-        q = t_hi * ph
-    return _ncdf_dw(t_hi, t_lo) + q
+    a = abs(t_hi)
+    if ph == T(0.0):  # |t| = inf (or phi underflowed): the limits 0 and 1
+        if t_hi < T(0.0):
+            return T(0.0)
+        return T(1.0)
+    if t_hi < T(0.0):
+        if a >= T(4.0):
+            return ph * (_mills_s(a) / a - a)
+        return ph * (_mills(a) - a)
+    return T(1.0) + ph * (a - _mills(a))
 
 
 # --------------------------------------------------------------------------- GELU
@@ -318,11 +501,12 @@ def _ref_gelu_tanh_scale(mp, x):
 
 
 _TAIL_NOTE = (
-    "For x << 0 the gate Phi(x) = erfc(-x/sqrt2)/2 is evaluated with -x/sqrt2 carried as a "
-    "double-word pair (exact product with a hi+lo 1/sqrt2) and corrected to first order, "
-    "erfc(z + e) = erfc(z) - e (2/sqrt pi) exp(-z^2); phi(x) uses an exactly split x^2 and "
-    "log sqrt(2 pi) inside the exponent. Otherwise rounding the argument alone would cost "
-    "~x^2/2 ulp in the tail. Limits: 0 at -inf, x at +inf; NaN propagates."
+    "The gate is evaluated as Phi(-|t|) = phi(t) M(|t|), M the Mills ratio (piecewise "
+    "polynomials on [0, 4], a polynomial in 1/t^2 beyond), and Phi(t) = 1 - Phi(-t) for "
+    "t >= 0; phi(t) = exp(-t^2/2 - log sqrt(2 pi)) with t^2 split exactly and the exponent "
+    "carried as a double-word pair. Rounding the exponent alone would cost ~t^2/2 ulp in "
+    "the x << 0 tail. No libm erfc: CPU and GPU give the same, last-bit accurate tail. "
+    "Limits: 0 at -inf, x at +inf; NaN propagates."
 )
 
 define(
