@@ -123,7 +123,7 @@ define(
             lo=0.0,
             lo_open=True,
             symbol=r"\beta",
-            test_values=(0.5, 2.0, 10.0, 100.0, 1e3, 0.37),
+            test_values=(10.0, 0.5, 2.0, 100.0, 1e3, 0.37),
         ),
         Param(
             "threshold",
@@ -132,7 +132,7 @@ define(
             "it makes a jump of log1p(exp(-threshold))/beta there).",
             lo=-math.inf,
             symbol=r"\tau",
-            test_values=(0.0, 5.0, 50.0, 1e3, -2.0, 13.7),
+            test_values=(50.0, 0.0, 5.0, 1e3, -2.0, 13.7),
         ),
     ],
     f=softplus_f,
