@@ -80,6 +80,18 @@ def _ov_at(p, i):
     return lambda p, i: p
 
 
+def _sl(p, lo, hi):
+    """``p[lo:hi]`` for an array parameter, ``p`` for a scalar (resolved at compile time)."""
+    raise NotImplementedError  # only called from compiled code
+
+
+@overload(_sl, inline="always")
+def _ov_sl(p, lo, hi):
+    if isinstance(p, nbt.Array):
+        return lambda p, lo, hi: p[lo:hi]
+    return lambda p, lo, hi: p
+
+
 @numba.njit(inline="always", error_model="numpy", cache=True)
 def _lanesum(buf, m):
     # Eight interleaved sums in a fixed order: SLP/loop vectorisable without fastmath,
@@ -118,9 +130,14 @@ def _source(spec) -> str:
         # The element loop is one function (l_<kind>) that both the single-thread path
         # and every prange block call: one hot loop to vectorise and to inspect
         # (simd_report), compiled without the parfor machinery around it.
+        # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
+        # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
+        sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins.split(", ") + ["out"])
+        sl += "".join(f"    p_{p} = _sl(p_{p}, lo, hi)\n" for p in ps)
         out.append(
             f"def l_{kind}({ins}, out, lo, hi{pa}):\n"
-            f"    for i in range(lo, hi):\n"
+            f"{sl}"
+            f"    for i in range(out.size):\n"
             f"        out[i] = {expr}\n\n"
             f"def k_{kind}({ins}, out, par{pa}):\n"
             f"    n = x.size\n"
@@ -178,7 +195,7 @@ def _module(spec):
         mod = types.ModuleType(modname)
         mod.__file__ = str(path)
         ns = mod.__dict__
-        ns.update(np=np, prange=numba.prange, _at=_at, _lanesum=_lanesum, BLOCK=BLOCK,
+        ns.update(np=np, prange=numba.prange, _at=_at, _sl=_sl, _lanesum=_lanesum, BLOCK=BLOCK,
                   RBLOCK=RBLOCK, _f=scalar["_f"], _dx=scalar["_dx"])
         for p in spec.param_names:
             ns["_d_" + p] = scalar["_d_" + p]
@@ -350,6 +367,7 @@ _PACKED = _re.compile(
     r"^\s*(v(?:fn?m(?:add|sub)\w*|add|sub|mul|div|max|min|sqrt|rcp14|rsqrt14|cmp\w*|blendm|"
     r"blendv|fixupimm|rndscale|getexp|getmant|scalef|range|and|andn|or|xor|cvt\w+)p[sd])\s+(.*)$"
 )
+_GATHER = _re.compile(r"^\s*v(p?gather|p?scatter)\w*\s")
 _LABEL = _re.compile(r"^(\.?[\w.$]+):")
 _JUMP = _re.compile(r"^\s*j\w+\s+(\.\w+)")
 _CALL_REG = _re.compile(r"^\s*callq?\s+\*%(\w+)")
@@ -414,7 +432,9 @@ def _loop_stats(lines: list) -> dict:
                 packed += 1
         calls = [c for c in _calls(body) if not _RUNTIME.match(c)]
         ext.update(calls)
-        if packed and not calls:
+        # gathers/scatters: vectorised addressing that is slower than scalar code
+        gather = any(_GATHER.match(line) for line in body)
+        if packed and not calls and not gather:
             vec_loops += 1
         best_packed = max(best_packed, packed)
     return {"packed": best_packed, "simd": vec_loops > 0, "calls": sorted(ext)}
