@@ -156,8 +156,10 @@ def _source(spec) -> str:
             f"    lo = b * RBLOCK\n"
             f"    hi = min(lo + RBLOCK, n)\n"
             f"    buf = np.empty(RBLOCK, np.float64)\n"
-            f"    for i in range(lo, hi):\n"
-            f"        buf[i - lo] = {expr}\n"
+            f"    x = x[lo:hi]\n"  # views from 0: see l_<kind>
+            f"    g = g[lo:hi]\n"
+            f"    for i in range(x.size):\n"
+            f"        buf[i] = {expr}\n"
             f"    return _lanesum(buf, hi - lo)\n\n"
             f"def r_{p}(x, g, part, par{pa}):\n"
             f"    n = x.size\n"
