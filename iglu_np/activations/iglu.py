@@ -178,16 +178,18 @@ def z_approx_dsigma(x, sigma):
 @kernel
 def iglu_approx_f(x, sigma):
     T = type(x)
-    if abs(x) > T(1.0):
-        # x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
-        q = T(1.0) / x
-        if x < T(0.0):
-            return T(0.5) / (q - sigma)
-        return x - T(0.5) / (q + sigma)
-    t = sigma * x
-    if t < T(0.0):
-        return T(0.5) * x / (T(1.0) - t)
-    return x - T(0.5) * x / (T(1.0) + t)
+    # Four cases, each h = num/den with the result h or x - h: one division and selects,
+    # so the float64 loop vectorises too. Every case computes what its branch did.
+    big = abs(x) > T(1.0)
+    # |x| > 1: x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
+    q = T(1.0) / (x if big else abs(x) + T(1.0))  # safe, non-constant divisor (see z_gate_f)
+    xs = q if big else x  # |xs| <= 1: sigma*xs cannot overflow in the discarded case
+    t = sigma * xs
+    neg = x < T(0.0) if big else t < T(0.0)
+    num = T(0.5) if big else T(0.5) * x
+    den = (q - sigma if neg else q + sigma) if big else (T(1.0) - t if neg else T(1.0) + t)
+    h = num / den
+    return h if neg else x - h
 
 
 @kernel
