@@ -382,7 +382,8 @@ class Activation:
         if r is None:
             r = self._call_ufunc(kind, vals, cdt, out)
         if out is None and cdt == _F32 and _all_half(data):
-            r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
+            with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
+                r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
         return r
 
 

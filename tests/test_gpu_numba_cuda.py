@@ -259,10 +259,12 @@ def _case_ids():
     return ids
 
 
-# Max ulp difference to the CPU ufunc. The simulator evaluates math.* in double and
-# rounds, the CPU calls float32 libm: a couple of ulp, amplified by nothing (the kernels
-# are the stable forms). Reductions sum in a different order and precision than numpy.
-ULP = {"float32": 4, "float64": 4, "float16": 1}
+# Max ulp difference to the CPU ufunc. The simulator evaluates math.* with libm, the CPU
+# with iglu_np's vectorised math: two implementations each within ~3.6 ulp of the truth
+# (the accuracy harness) differ by up to ~7 ulp (tanhshrink dx at x=-0.719: CPU 2.4 ulp
+# high, libm 0.5 low), as in test_gpu_cxx.CROSS_ULP. Reductions sum in a different order
+# and precision than numpy (checked separately below).
+ULP = {"float32": 8, "float64": 8, "float16": 1}
 
 
 def _compare(got, want, dt, what):
@@ -312,8 +314,10 @@ def test_simulator_matches_cpu(sim_results, name, case):
         with np.errstate(all="ignore"):
             terms = np.abs(act._ufunc("bwd_" + p)(x.astype(np.float64), g.astype(np.float64), *[np.asarray(ps[q], np.float64) for q in act.param_names]))
         fin = np.isfinite(full)
+        with np.errstate(invalid="ignore"):  # inf - inf where both sums overflowed
+            diff = np.abs(got.astype(np.float64) - full)
         scale = np.sum(np.where(np.isfinite(terms), terms, 0.0)) + 1e-300
         eps = np.finfo(x.dtype).eps
-        bad = fin & ~(np.abs(got.astype(np.float64) - full) <= 8 * eps * scale)
+        bad = fin & ~(diff <= 8 * eps * scale)
         assert not bad.any(), f"{name} backward_params[{p}]: got {got}, cpu {full}"
         np.testing.assert_array_equal(np.isnan(got), np.isnan(full))

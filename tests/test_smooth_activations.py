@@ -81,8 +81,8 @@ def test_softplus_threshold_test_is_exact(dtype):
             with mpmath.workdps(40):
                 want = mpmath.log1p(mpmath.exp(exact)) / float(beta)
                 dwant = 1 / (1 + mpmath.exp(-exact))
-            assert y == pytest.approx(float(want), rel=4 * np.finfo(dtype).eps)
-            assert d == pytest.approx(float(dwant), rel=4 * np.finfo(dtype).eps)
+            assert y == pytest.approx(float(want), rel=float(4 * np.finfo(dtype).eps))
+            assert d == pytest.approx(float(dwant), rel=float(4 * np.finfo(dtype).eps))
         found += (dtype(beta * x) == thr) and exact != thr
     assert found, "no rounded product hit the threshold: the case is not exercised"
 
