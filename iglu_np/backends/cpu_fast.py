@@ -212,15 +212,19 @@ def _module(spec):
         return mod
 
 
-def kernel(name: str, kind: str):
+def kernel(name: str, kind: str, parallel: bool = True):
     """The njit loop kernel ``k_<kind>(x[, g], out, par, *params)`` or, for
-    ``kind = "r_<param>"``, the block reduction ``r_<param>(x, g, part, par, *params)``."""
-    key = (name, kind)
+    ``kind = "r_<param>"``, the block reduction ``r_<param>(x, g, part, par, *params)``.
+
+    ``parallel=False`` gives the single-thread build of the same function (``prange`` is
+    ``range``; call it with ``par=False``): compiling the parfor version costs several
+    times more, so it is only built once an array reaches :data:`THRESHOLD` elements."""
+    key = (name, kind, parallel)
     k = _kernels.get(key)
     if k is None:
         mod = _module(REGISTRY[name])
         fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)
-        k = numba.njit(parallel=True, error_model="numpy", cache=_CACHE)(fn)
+        k = numba.njit(parallel=parallel, error_model="numpy", cache=_CACHE)(fn)
         _kernels[key] = k
     return k
 
@@ -315,7 +319,8 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
             if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
                 return None
         o = out
-    kernel(act.name, kind)(*ins, o.reshape(-1), _parallel(xf.size), *ps)
+    par = _parallel(xf.size)
+    kernel(act.name, kind, par)(*ins, o.reshape(-1), par, *ps)
     return o
 
 
@@ -347,7 +352,7 @@ def backward_params(act, vals: list, cdt):
         if n == 0:
             part[:] = 0.0
         else:
-            kernel(act.name, "r_" + p)(xf, gf, part, par, *ps)
+            kernel(act.name, "r_" + p, par)(xf, gf, part, par, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
