@@ -333,8 +333,13 @@ class Activation:
                 return None  # partial overlap: numpy's buffered semantics
             o = out
         fast = _FAST or _cpu_fast()
-        loop, par_kernel = self._plans.get(kind + dt.char) or self._plan(kind, dt)
         n = x.size
+        if n < fast.MIN_SIZE:
+            ins = (x,) if g is None else (x, g)
+            with np.errstate(all="ignore"):  # FP flags of discarded branches (see _call_ufunc)
+                self._ufunc(kind)(*ins, *[dt.type(v) for v in vals], out=o)
+            return o
+        loop, par_kernel = self._plans.get(kind + dt.char) or self._plan(kind, dt)
         if x.ndim != 1:
             x = x.reshape(-1)
             o1 = o.reshape(-1)

@@ -19,6 +19,15 @@ DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
 
 
+@pytest.fixture(autouse=True)
+def fast_path_at_every_size():
+    # small arrays normally take the ufunc (no njit compile); here the loops are under test
+    old = cpu_fast.MIN_SIZE
+    cpu_fast.set_min_size(0)
+    yield
+    cpu_fast.set_min_size(old)
+
+
 @pytest.fixture
 def threads_always():
     old = cpu_fast.THRESHOLD

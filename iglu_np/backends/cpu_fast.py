@@ -61,6 +61,24 @@ def _threshold_default() -> int:
 THRESHOLD = _threshold_default()
 
 
+def _min_size_default() -> int:
+    v = os.environ.get("IGLU_NP_FAST_MIN_SIZE")
+    return int(v) if v else 2048
+
+
+# Below this many elements the compiled numpy ufunc runs instead of the njit loop (same
+# scalar kernel, bit-identical results): its scalar-parameter loop is slower per element
+# but costs at most a few microseconds here, while compiling the njit loop costs seconds
+# per activation x kind x dtype on first use (it dominated a cold test run).
+MIN_SIZE = _min_size_default()
+
+
+def set_min_size(n: int) -> None:
+    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
+    global MIN_SIZE
+    MIN_SIZE = int(n)
+
+
 def set_threshold(n: int) -> None:
     """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
     global THRESHOLD
@@ -289,7 +307,7 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
         return None
     shape = x.shape
     xf = _flat_in(x, cdt, shape)
-    if xf is None:
+    if xf is None or xf.size < MIN_SIZE:
         return None
     ins = [xf]
     if n_data == 2:
@@ -345,6 +363,14 @@ def backward_params(act, vals: list, cdt):
             return None
         ps.append(pv)
     n = xf.size
+    if n < MIN_SIZE:
+        # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
+        res = {}
+        with np.errstate(all="ignore"):
+            for p in act.param_names:
+                full = act._ufunc("bwd_" + p)(xf, gf, *ps)
+                res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
+        return res
     part = np.empty(max(1, -(-n // RBLOCK)), np.float64)
     par = _parallel(n)
     res = {}
