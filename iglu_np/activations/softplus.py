@@ -71,6 +71,64 @@ def softplus_dthreshold(x, beta, threshold):
     return T(0.0)
 
 
+# --------------------------------------------------------------------------- C++ (GPU)
+# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation; the
+# conventions are in iglu_np/include/iglu_np/iglu_np.cuh.
+_CXX = r"""
+namespace iglu_np {
+
+// _beta_x: y = beta x as an exact dw pair, and beta x > threshold decided on the exact
+// product (a rounded product would move PyTorch's jump off the boundary).
+template <class T> struct softplus_y_t { T hi, lo; bool linear; };
+
+template <class T> IGLU_NP_HOST_DEVICE softplus_y_t<T> softplus_beta_x(T x, T beta, T threshold) {
+  const dw<T> y = two_prod(beta, x);
+  softplus_y_t<T> r = {y.hi, y.lo, y.hi > threshold || (y.hi == threshold && y.lo > T(0))};
+  return r;
+}
+
+template <class T> IGLU_NP_HOST_DEVICE T softplus_fwd(T x, T beta, T threshold) {
+  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
+  if (y.linear) return x;
+  // y + log1p(exp(-y)): no overflow; the low part of y enters additively.
+  if (y.hi > T(0)) return (y.hi + (y.lo + log1p(exp(-y.hi)))) / beta;
+  // ~exp(y)/beta for y << 0, and exp has condition |y|: the dw y.
+  return log1p(exp_dw(y.hi, y.lo)) / beta;
+}
+
+template <class T> IGLU_NP_HOST_DEVICE T softplus_dx(T x, T beta, T threshold) {
+  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
+  if (y.linear) return T(1);
+  if (y.hi > T(0)) return T(1) / (T(1) + exp_dw(-y.hi, -y.lo));
+  const T e = exp_dw(y.hi, y.lo);
+  return e / (T(1) + e);
+}
+
+template <class T> IGLU_NP_HOST_DEVICE T softplus_dbeta(T x, T beta, T threshold) {
+  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
+  if (y.linear) return T(0);
+  // -(|y| u/(1 + u) + log1p(u))/beta^2, u = exp(-|y|): two terms of one sign.
+  T u;
+  if (y.hi > T(0)) {
+    u = exp_dw(-y.hi, -y.lo);
+  } else {
+    u = exp_dw(y.hi, y.lo);
+  }
+  T t = T(0);
+  if (u > T(0)) t = fabs(y.hi) * (u / (T(1) + u));  // u = 0 at y = -inf: |y| u is NaN
+  const T h = -(t + log1p(u));
+  return h / beta / beta;
+}
+
+template <class T> IGLU_NP_HOST_DEVICE T softplus_dthreshold(T x, T, T) {
+  if (x != x) return x;
+  return T(0);  // the threshold only moves a jump: 0 almost everywhere
+}
+
+}  // namespace iglu_np
+"""
+
+
 # --------------------------------------------------------------------------- references
 def _ref_softplus(mp, x, b, t):
     y = b * x  # exact at 60 digits: two doubles' product has <= 106 bits
@@ -159,6 +217,7 @@ define(
         "Pricing, NIPS 2000",
         "PyTorch torch.nn.Softplus",
     ),
+    cxx=_CXX,
     example=(
         ">>> iglu_np.softplus(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([0.313262, 0.693147, 1.313262])\n"

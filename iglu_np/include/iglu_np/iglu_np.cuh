@@ -22,7 +22,7 @@
 //   * math functions unqualified (``atan(x)``, ``exp(x)``, ``fabs(x)``): inside the namespace
 //     they resolve to std:: overloads on the host and to CUDA's float/double overloads on
 //     the device; helpers below mirror iglu_np/_math.py (two_prod, mul_dw, exp_dw, sigmoid,
-//     log1p_exp, horner);
+//     log1p_exp, horner, is_f32); ``math.isinf``/``math.isnan`` are ``isinf``/``isnan``;
 //   * polynomial coefficients: ``horner(v, c0, c1, ...)`` with the literals generated from
 //     the Python tuple (``", ".join(map(repr, COEFFS))``), so both languages use the same
 //     doubles and the same evaluation order;
@@ -112,6 +112,19 @@ template <class T, class... R>
 IGLU_NP_HOST_DEVICE T horner(T v, double c0, double c1, R... rest) {
   return horner(v, c1, rest...) * v + T(c0);
 }
+
+
+// ---------------------------------------------------------------------------------------
+// Twins of further iglu_np/_math.py helpers (and of the ``math`` predicates the kernels use).
+// ---------------------------------------------------------------------------------------
+#ifndef IGLU_NP_DEVICE_COMPILE
+using std::isinf;
+using std::isnan;
+#endif
+
+// _math.is_f32: whether the kernel computes in float32 (picks float32 coefficient sets and
+// hi+lo constants). A compile-time constant, so only the taken branch is code.
+template <class T> IGLU_NP_HOST_DEVICE constexpr bool is_f32(T) { return sizeof(T) == 4; }
 
 }  // namespace iglu_np
 
