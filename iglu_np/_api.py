@@ -148,6 +148,7 @@ class Activation:
         self.__module__ = "iglu_np"
         self._ufuncs = {}
         self._plans = {}  # kind + dtype char -> (compiled loop, threaded kernel)
+        self._calls = {}  # kind + dtype char -> small calls served by the ufunc so far
         self._params_by_name = {p.name: p for p in spec.params}
         self._defaults_tuple = tuple(p.default for p in spec.params)
         from ._docs import activation_doc, op_doc
@@ -334,12 +335,20 @@ class Activation:
             o = out
         fast = _FAST or _cpu_fast()
         n = x.size
-        if n < fast.MIN_SIZE:
-            ins = (x,) if g is None else (x, g)
-            with np.errstate(all="ignore"):  # FP flags of discarded branches (see _call_ufunc)
-                self._ufunc(kind)(*ins, *[dt.type(v) for v in vals], out=o)
-            return o
-        loop, par_kernel = self._plans.get(kind + dt.char) or self._plan(kind, dt)
+        key = kind + dt.char
+        p = self._plans.get(key)
+        if p is None:
+            if n < fast.MIN_SIZE:
+                # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
+                # (bit-identical); the njit loop, seconds to compile, only for hot ones.
+                c = self._calls[key] = self._calls.get(key, 0) + 1
+                if c <= fast.WARM_CALLS:
+                    ins = (x,) if g is None else (x, g)
+                    with np.errstate(all="ignore"):  # FP flags of discarded branches
+                        self._ufunc(kind)(*ins, *[dt.type(v) for v in vals], out=o)
+                    return o
+            p = self._plan(kind, dt)
+        loop, par_kernel = p
         if x.ndim != 1:
             x = x.reshape(-1)
             o1 = o.reshape(-1)

@@ -191,3 +191,25 @@ def test_nd_shapes_and_params_as_numpy_scalars():
     assert r.shape == x.shape and r.dtype == np.float32
     _same(r, iglu_np.iglu.ufunc(x, np.float32(0.3)))
     _same(iglu_np.iglu(x, sigma=np.array(0.3)), r)
+
+
+def test_small_calls_are_tiered():
+    """Small arrays: the first WARM_CALLS calls run the ufunc (no njit compile), later
+    ones the compiled loop; both give the same bits."""
+    act = iglu_np.get("iglu")
+    old = cpu_fast.MIN_SIZE
+    cpu_fast.set_min_size(1 << 20)
+    try:
+        act._plans.pop("dxf", None)
+        act._calls.pop("dxf", None)
+        x = np.linspace(-50, 50, 301).astype(np.float32)
+        first = act.dx(x, sigma=0.7)
+        for _ in range(cpu_fast.WARM_CALLS - 1):
+            act.dx(x, sigma=0.7)
+        assert "dxf" not in act._plans
+        hot = act.dx(x, sigma=0.7)
+        assert "dxf" in act._plans
+        _same(first, hot)
+        _same(hot, act.dx.ufunc(x, np.float32(0.7)))
+    finally:
+        cpu_fast.set_min_size(old)

@@ -66,11 +66,15 @@ def _min_size_default() -> int:
     return int(v) if v else 2048
 
 
-# Below this many elements the compiled numpy ufunc runs instead of the njit loop (same
-# scalar kernel, bit-identical results): its scalar-parameter loop is slower per element
-# but costs at most a few microseconds here, while compiling the njit loop costs seconds
-# per activation x kind x dtype on first use (it dominated a cold test run).
+# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
+# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
+# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
+# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
+# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
+# pays it, hot code pays it once. Calls with array parameters or reductions below
+# MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
+WARM_CALLS = int(os.environ.get("IGLU_NP_FAST_WARM_CALLS", "8"))
 
 
 def set_min_size(n: int) -> None:
