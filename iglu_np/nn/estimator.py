@@ -52,6 +52,14 @@ __all__ = ["MLPClassifier", "MLPRegressor", "NotFittedError", "load"]
 FORMAT = "iglu_np.nn.mlp/1"
 
 
+
+def _store_init_args(est, args: dict) -> None:
+    """scikit-learn convention: ``__init__`` stores every argument unchanged under its own
+    name (``get_params`` reads them back through the signature)."""
+    for k, v in args.items():
+        if k != "self" and k != "__class__":
+            setattr(est, k, v)
+
 class _ParamsMixin:
     """get_params/set_params/repr from the ``__init__`` signature (scikit-learn's contract)."""
 
@@ -720,38 +728,7 @@ class MLPClassifier(*((_SkClf,) if _SkClf is not None else ()), _BaseMLP):
                  epsilon=1e-8, n_iter_no_change=10, weight_decay=0.01, warmup_epochs=0,
                  clip_grad_norm=None, dropout=0.0, init="glorot", class_weight=None,
                  dtype="float32"):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.activation_params = activation_params
-        self.learnable_activation = learnable_activation
-        self.per_unit = per_unit
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.learning_rate_init = learning_rate_init
-        self.power_t = power_t
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.momentum = momentum
-        self.nesterovs_momentum = nesterovs_momentum
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.weight_decay = weight_decay
-        self.warmup_epochs = warmup_epochs
-        self.clip_grad_norm = clip_grad_norm
-        self.dropout = dropout
-        self.init = init
-        self.class_weight = class_weight
-        self.dtype = dtype
+        _store_init_args(self, locals())
 
     if _SkBase is None:
         def score(self, X, y, sample_weight=None):
@@ -865,37 +842,7 @@ class MLPRegressor(*((_SkReg,) if _SkReg is not None else ()), _BaseMLP):
                  early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-8, n_iter_no_change=10, weight_decay=0.01, warmup_epochs=0,
                  clip_grad_norm=None, dropout=0.0, init="glorot", dtype="float32"):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.activation_params = activation_params
-        self.learnable_activation = learnable_activation
-        self.per_unit = per_unit
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.learning_rate_init = learning_rate_init
-        self.power_t = power_t
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.momentum = momentum
-        self.nesterovs_momentum = nesterovs_momentum
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.weight_decay = weight_decay
-        self.warmup_epochs = warmup_epochs
-        self.clip_grad_norm = clip_grad_norm
-        self.dropout = dropout
-        self.init = init
-        self.dtype = dtype
+        _store_init_args(self, locals())
 
     if _SkBase is None:
         def score(self, X, y, sample_weight=None):
