@@ -52,13 +52,13 @@ __all__ = ["MLPClassifier", "MLPRegressor", "NotFittedError", "load"]
 FORMAT = "iglu_np.nn.mlp/1"
 
 
-
 def _store_init_args(est, args: dict) -> None:
     """scikit-learn convention: ``__init__`` stores every argument unchanged under its own
     name (``get_params`` reads them back through the signature)."""
     for k, v in args.items():
         if k != "self" and k != "__class__":
             setattr(est, k, v)
+
 
 class _ParamsMixin:
     """get_params/set_params/repr from the ``__init__`` signature (scikit-learn's contract)."""
