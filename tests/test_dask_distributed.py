@@ -5,6 +5,8 @@ import os
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.xdist_group("dask_distributed")  # module fixtures: run once, on one worker
+
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 import dask  # noqa: E402

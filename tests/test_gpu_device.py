@@ -14,7 +14,7 @@ import iglu_np
 
 from . import gpu_helpers as H
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("gpu_device")]
 
 NAMES = sorted(iglu_np.ACTIVATIONS)
 # GPU libm (CUDA math library) is within 1-2 ulp for atan/exp/log/erf..., and NVCC/NVVM

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.xdist_group("numba_cuda")  # module fixtures: run once, on one worker
+
 import iglu_np
 from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
 

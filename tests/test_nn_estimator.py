@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.xdist_group("nn_estimator")  # module fixtures: run once, on one worker
+
 import iglu_np
 from iglu_np.nn import (SGD, Adam, AdamW, MLPClassifier, MLPRegressor, NotFittedError, Tensor,
                         balanced_accuracy, clip_grad_norm, long_tailed_counts, long_tailed_subsample,
