@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -142,16 +143,19 @@ def ptx_instructions(ptx: str, entry: str | None = None) -> list:
     start = None
     for i, ln in enumerate(lines):
         if ln.lstrip().startswith(".visible .entry") or ln.lstrip().startswith(".entry"):
-            if entry is None or entry in ln:
+            # the exact name: in a program of several kernels one entry's name may be a
+            # prefix of another's
+            if entry is None or re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(", ln):
                 start = i
                 break
     if start is None:
-        raise ValueError("no .entry in PTX")
+        raise ValueError(f"no .entry {entry or ''} in PTX")
     depth, ops, began = 0, [], False
     for ln in lines[start:]:
         s = ln.strip()
         if s.startswith("{"):
-            depth += 1
+            # a one-line inline-asm block ``{  cvt.f32.f16 %f1, %rs1;}`` opens and closes
+            depth += 1 - s.count("}")
             began = True
             continue
         if s.startswith("}"):
@@ -184,8 +188,8 @@ def ptx_stats(ptx: str, entry: str | None = None) -> dict:
 _NV_TYPES = {"float16": "__half", "float32": "float", "float64": "double"}
 
 
-def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) -> str:
-    """``ks`` wrapped as CuPy wraps an ElementwiseKernel body (1-D, grid-stride, 64-bit)."""
+def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, entry=None) -> str:
+    """The typedefs and ``extern "C"`` kernel CuPy generates around ``ks.body`` (no preamble)."""
     X, Y = _NV_TYPES[data_dtype], _NV_TYPES[out_dtype]
     data = [a for a in ks.args if not a.startswith("p_")]
     params = [a for a in ks.args if a.startswith("p_")]
@@ -196,12 +200,9 @@ def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) ->
     loads = [f"const X {d} = _raw_{d}[_i];" for d in data]
     if param_arrays:
         loads += [f"const {C} {p} = _raw_{p}[_i];" for p in params]
-    head = '#include <cuda_fp16.h>\n' if "float16" in (data_dtype, out_dtype) else ""
     return (
-        head
-        + ks.preamble
-        + f"\ntypedef {X} X;\ntypedef {Y} Y;\n"
-        + f'extern "C" __global__ void {ks.name}({", ".join(args)}) {{\n'
+        f"\ntypedef {X} X;\ntypedef {Y} Y;\n"
+        + f'extern "C" __global__ void {entry or ks.name}({", ".join(args)}) {{\n'
         + "  for (long long _i = (long long)blockIdx.x * blockDim.x + threadIdx.x; _i < _n;\n"
         + "       _i += (long long)blockDim.x * gridDim.x) {\n"
         + "    " + "\n    ".join(loads) + "\n"
@@ -210,6 +211,54 @@ def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) ->
         + "    _raw_y[_i] = y;\n"
         + "  }\n}\n"
     )
+
+
+def _fp16_head(*dtypes) -> str:
+    return "#include <cuda_fp16.h>\n" if "float16" in dtypes else ""
+
+
+def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) -> str:
+    """``ks`` wrapped as CuPy wraps an ElementwiseKernel body (1-D, grid-stride, 64-bit)."""
+    return (
+        _fp16_head(data_dtype, out_dtype)
+        + ks.preamble
+        + _cupy_like_kernel(ks, data_dtype, out_dtype, param_arrays=param_arrays)
+    )
+
+
+@dataclass(frozen=True)
+class ProgramKernel:
+    """One kernel of :func:`cupy_like_program`: what CuPy would compile for ``ks`` with data
+    of ``data_dtype``, output ``out_dtype`` and (optionally) array parameters, under the
+    distinct entry name ``entry``."""
+
+    ks: object
+    data_dtype: str
+    out_dtype: str
+    param_arrays: bool
+    entry: str
+
+
+def cupy_like_program(kernels) -> str:
+    """Several CuPy-wrapped kernels of one preamble as ONE NVRTC program: the preamble once,
+    then each kernel exactly as :func:`cupy_like_source` wraps it (its own ``X``/``Y``
+    typedefs, inside a namespace of its own so the typedefs never meet) under its distinct
+    ``entry`` name. One compile instead of one per kernel: NVRTC's cost is mostly per
+    program (front end, the preamble's templates, cuda_fp16.h)."""
+    kernels = list(kernels)
+    pre = {k.ks.preamble for k in kernels}
+    assert len(pre) == 1, "cupy_like_program: kernels of different preambles"
+    entries = [k.entry for k in kernels]
+    assert len(set(entries)) == len(entries), "cupy_like_program: entry names must be distinct"
+    dts = [d for k in kernels for d in (k.data_dtype, k.out_dtype)]
+    parts = [_fp16_head(*dts) + pre.pop()]
+    for i, k in enumerate(kernels):
+        parts.append(
+            f"\nnamespace iglu_np_kernel_{i} {{"
+            + _cupy_like_kernel(k.ks, k.data_dtype, k.out_dtype, k.param_arrays, entry=k.entry)
+            + f"}}  // namespace iglu_np_kernel_{i}\n"
+        )
+    return "".join(parts)
 
 
 # --------------------------------------------------------------------------- host g++
