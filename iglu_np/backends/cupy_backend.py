@@ -12,7 +12,7 @@ current stream.
 * parameters: Python/numpy scalars are passed by value, host arrays are copied to the
   device (they are parameter-sized), device arrays are used in place. Device parameter
   arrays are validated against the domain through a host copy (a synchronisation);
-* an activation whose spec has no C++ yet runs through the Numba CUDA backend on the
+* an activation whose spec has no C++ (every built-in one has; a newly added one may not)
   same CuPy arrays (zero-copy), when numba-cuda is installed.
 
 cupy is imported only when a CuPy array shows up (or ``backend="cupy"`` is asked for).
