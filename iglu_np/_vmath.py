@@ -37,7 +37,7 @@ def enabled() -> bool:
     return os.environ.get("IGLU_NP_VMATH", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-_jit = numba.njit(inline="always", error_model="numpy", cache=False)
+_jit = numba.njit(forceinline=True, error_model="numpy", cache=False)
 
 
 # --------------------------------------------------------------------------- bits
