@@ -93,7 +93,10 @@ class _Op:
 
     @property
     def ufunc(self) -> np.ufunc:
-        """The raw numpy ufunc (float32 and float64 loops; parameters positional)."""
+        """The raw numpy ufunc (float32 and float64 loops; parameters positional).
+
+        No validation and no ``errstate``: like numpy's own ufuncs it may set
+        floating-point flags (numpy then warns) where the public function is silent."""
         return self._act._ufunc(self._kind)
 
     def __call__(self, *args, out=None, **params):
@@ -174,7 +177,8 @@ class Activation:
 
     @property
     def ufunc(self) -> np.ufunc:
-        """The raw forward numpy ufunc ``ufunc(x, *params)``."""
+        """The raw forward numpy ufunc ``ufunc(x, *params)``: no validation, no ``errstate``
+        (it may set floating-point flags, and numpy warn, where the function is silent)."""
         return self._ufunc("fwd")
 
     def backward_params(self, x, grad_out, /, **params) -> dict:
