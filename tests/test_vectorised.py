@@ -19,9 +19,9 @@ DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
 PAPER = ["iglu", "iglu_approx", "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu",
          "selu", "celu", "relu", "hardswish", "sigmoid", "tanh"]
-# Still scalar in float64 (selu forward: branches around expm1 that LLVM does not
-# if-convert). Strict xfail: fixing one turns it into a failure to be removed here.
-KNOWN_SCALAR = {("selu", "fwd", np.float64)}
+# Loops known to stay scalar (none at present). Strict xfail: fixing one turns it into a
+# failure to be removed here.
+KNOWN_SCALAR: set = set()
 
 
 def _check(name, kind, dtype):
