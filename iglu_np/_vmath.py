@@ -202,7 +202,9 @@ def _reduce_ln2(x):
     kf = (x * T(_LOG2E) + T(_MAGIC64)) - T(_MAGIC64)
     kf = T(0.0) if kf != kf else kf
     r = (x - kf * T(_LN2_HI64)) - kf * T(_LN2_LO64)
-    return numba.int64(kf), r
+    # k from the bits of kf + 1.5*2^52 (exact): AVX2 has no packed float64 -> int64
+    # conversion, and int64(kf) became four scalar conversions per vector.
+    return _bits(kf + T(_MAGIC64)) - _bits(T(_MAGIC64)), r
 
 
 @_jit
@@ -290,7 +292,12 @@ def _log_core(u, c):
     f = m - T(1.0)
     s = f / (T(2.0) + f)
     w = s * s
-    kf = T(k)
+    # T(k) through the bits of 1.5*2^52 + k (or 1.5*2^23 + k), exact for the exponent
+    # range: AVX2 has no packed int64 -> float conversion.
+    if _f32(u):
+        kf = _from_bits(k + _bits(T(_MAGIC32)), u) - T(_MAGIC32)
+    else:
+        kf = _from_bits(k + _bits(T(_MAGIC64)), u) - T(_MAGIC64)
     if _f32(u):
         R = w * _poly(w, LOG32)
         l_hi, l_lo = T(_LN2_HI32), T(_LN2_LO32)
