@@ -30,7 +30,8 @@ from llvmlite import ir
 from numba import types as nbt
 from numba.extending import intrinsic, overload
 
-__all__ = ["horner", "atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "MATH", "enabled"]
+__all__ = ["horner", "atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
+           "enabled"]
 
 
 def enabled() -> bool:
@@ -201,7 +202,9 @@ def _reduce_ln2(x):
     kf = (x * T(_LOG2E) + T(_MAGIC64)) - T(_MAGIC64)
     kf = T(0.0) if kf != kf else kf
     r = (x - kf * T(_LN2_HI64)) - kf * T(_LN2_LO64)
-    return numba.int64(kf), r
+    # k from the bits of kf + 1.5*2^52 (exact): AVX2 has no packed float64 -> int64
+    # conversion, and int64(kf) became four scalar conversions per vector.
+    return _bits(kf + T(_MAGIC64)) - _bits(T(_MAGIC64)), r
 
 
 @_jit
@@ -289,7 +292,12 @@ def _log_core(u, c):
     f = m - T(1.0)
     s = f / (T(2.0) + f)
     w = s * s
-    kf = T(k)
+    # T(k) through the bits of 1.5*2^52 + k (or 1.5*2^23 + k), exact for the exponent
+    # range: AVX2 has no packed int64 -> float conversion.
+    if _f32(u):
+        kf = _from_bits(k + _bits(T(_MAGIC32)), u) - T(_MAGIC32)
+    else:
+        kf = _from_bits(k + _bits(T(_MAGIC64)), u) - T(_MAGIC64)
     if _f32(u):
         R = w * _poly(w, LOG32)
         l_hi, l_lo = T(_LN2_HI32), T(_LN2_LO32)
@@ -481,13 +489,71 @@ def erfc(x):
     return neg if x < T(0.0) else pos
 
 
+# --------------------------------------------------------------------------- hypot
+# float32: sqrt(x^2 + y^2) in float64, where the squares are exact and cannot overflow;
+# one rounding to float32 at the end. float64: both scaled by a power of two (2^-600
+# above 2^300, 2^600 below 2^-300: the squares neither overflow nor lose bits to
+# underflow), the sum of squares as a dw pair (Dekker products, fast two-sum: the larger
+# square comes first), then sqrt and one Newton step on the dw sum. No libm call.
+_HYP_BIG = 2.037035976334486e+90  # 2^300
+_HYP_SMALL = 4.909093465297727e-91  # 2^-300
+_HYP_DOWN = 2.409919865102884e-181  # 2^-600
+_HYP_UP = 4.149515568880993e+180  # 2^600
+_SPLIT64 = 134217729.0  # 2^27 + 1
+
+
+@_jit
+def _two_sq(a):
+    """a*a = p + e exactly (Dekker, for |a| well inside the range)."""
+    T = type(a)
+    t = T(_SPLIT64) * a
+    hi = t - (t - a)
+    lo = a - hi
+    p = a * a
+    return p, ((hi * hi - p) + T(2.0) * hi * lo) + lo * lo
+
+
+@_jit
+def hypot(x, y):
+    T = type(x)
+    a = abs(x)
+    c = abs(T(y))
+    inf = a == T(math.inf) or c == T(math.inf)
+    nan = a != a or c != c
+    if _f32(x):
+        ad = numba.float64(a)
+        cd = numba.float64(c)
+        r = T(math.sqrt(ad * ad + cd * cd))
+    else:
+        big = a if a > c else c
+        small = c if a > c else a
+        up = T(_HYP_DOWN) if big > T(_HYP_BIG) else (T(_HYP_UP) if big < T(_HYP_SMALL) else T(1.0))
+        down = T(_HYP_UP) if big > T(_HYP_BIG) else (T(_HYP_DOWN) if big < T(_HYP_SMALL) else T(1.0))
+        b = big * up
+        sm = small * up
+        b = T(1.0) if (inf or nan) else b  # finite stand-ins: the result is selected below
+        sm = T(0.0) if (inf or nan) else sm
+        p1, e1 = _two_sq(b)
+        p2, e2 = _two_sq(sm)
+        sh = p1 + p2
+        sl = ((p1 - sh) + p2) + (e1 + e2)
+        r0 = math.sqrt(sh)
+        q, qe = _two_sq(r0)
+        # sqrt(sh + sl) = r0 + (sh + sl - r0^2)/(2 r0) to first order; r0 = 0 only for
+        # x = y = 0, where the correction is 0.
+        den = r0 + r0 if r0 > T(0.0) else T(1.0)
+        r = (r0 + (((sh - q) - qe) + sl) / den) * down
+    r = T(math.nan) if nan else r
+    return T(math.inf) if inf else r
+
+
 # --------------------------------------------------------------------------- namespace
 def _namespace() -> types.ModuleType:
     m = types.ModuleType("iglu_np._vmath.MATH", "math with vectorisable elementary functions")
     for k in dir(math):
         if not k.startswith("_"):
             setattr(m, k, getattr(math, k))
-    for k in ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc"):
+    for k in ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot"):
         setattr(m, k, globals()[k])
     return m
 

@@ -19,11 +19,9 @@ DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
 PAPER = ["iglu", "iglu_approx", "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu",
          "selu", "celu", "relu", "hardswish", "sigmoid", "tanh"]
-# Still scalar in float64 (gelu: _mills/_mills_s evaluated in separate branches;
-# softplus, selu forward: branches around two_prod/log1p/expm1 that LLVM does not
-# if-convert). Strict xfail: fixing one turns it into a failure to be removed here.
-KNOWN_SCALAR = {("gelu", "fwd", np.float64), ("gelu", "bwd", np.float64),
-                ("softplus", "fwd", np.float64), ("selu", "fwd", np.float64)}
+# Loops known to stay scalar (none at present). Strict xfail: fixing one turns it into a
+# failure to be removed here.
+KNOWN_SCALAR: set = set()
 
 
 def _check(name, kind, dtype):

@@ -132,24 +132,21 @@ def celu_dalpha(x, alpha):
 @kernel
 def selu_f(x):
     T = type(x)
-    if x == T(0.0):
-        return x  # the Dekker product's low part is +0 and would turn -0 into +0
-    if x > T(0.0):
-        if is_f32(x):
-            hi, lo = T(SELU_L_HI32), T(SELU_L_LO32)
-        else:
-            hi, lo = T(SELU_L_HI64), T(SELU_L_LO64)
-        if math.isinf(x):
-            return x
-        p, e = two_prod(x, hi)
-        return p + (e + x * lo)
+    # One product lambda*v + its low part for both signs, v = x or expm1(x), and selects:
+    # branches around expm1 kept the float64 loop scalar.
+    pos = x > T(0.0)
     if is_f32(x):
-        hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
+        hi = T(SELU_L_HI32) if pos else T(SELU_LA_HI32)
+        lo = T(SELU_L_LO32) if pos else T(SELU_LA_LO32)
     else:
-        hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
-    m = math.expm1(x)
-    p, e = two_prod(m, hi)
-    return p + (e + m * lo)
+        hi = T(SELU_L_HI64) if pos else T(SELU_LA_HI64)
+        lo = T(SELU_L_LO64) if pos else T(SELU_LA_LO64)
+    m = math.expm1(T(0.0) if pos else x)  # (expm1(+inf) would be inf in the unused lane)
+    v = x if pos else m
+    p, e = two_prod(v, hi)
+    r = p + (e + v * lo)
+    # x = 0: the Dekker product's low part is +0 and would turn -0 into +0; x = +inf: x.
+    return x if (x == T(0.0) or (pos and math.isinf(x))) else r
 
 
 @kernel
@@ -241,30 +238,22 @@ template <class T> IGLU_NP_HOST_DEVICE T celu_dalpha(T x, T alpha) {
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T selu_fwd(T x) {
-  if (x == T(0)) return x;  // the product's low part is +0 and would turn -0 into +0
+  // One product lambda*v for both signs, v = x or expm1(x), and selects (as in Python).
+  const bool pos = x > T(0);
   T hi, lo;
-  if (x > T(0)) {
-    if (sizeof(T) == 4) {
-      hi = T(@SELU_L_HI32@);
-      lo = T(@SELU_L_LO32@);
-    } else {
-      hi = T(@SELU_L_HI64@);
-      lo = T(@SELU_L_LO64@);
-    }
-    if (isinf(x)) return x;
-    const dw<T> p = two_prod(x, hi);
-    return p.hi + (p.lo + x * lo);
-  }
   if (sizeof(T) == 4) {
-    hi = T(@SELU_LA_HI32@);
-    lo = T(@SELU_LA_LO32@);
+    hi = pos ? T(@SELU_L_HI32@) : T(@SELU_LA_HI32@);
+    lo = pos ? T(@SELU_L_LO32@) : T(@SELU_LA_LO32@);
   } else {
-    hi = T(@SELU_LA_HI64@);
-    lo = T(@SELU_LA_LO64@);
+    hi = pos ? T(@SELU_L_HI64@) : T(@SELU_LA_HI64@);
+    lo = pos ? T(@SELU_L_LO64@) : T(@SELU_LA_LO64@);
   }
-  const T m = expm1(x);
-  const dw<T> p = two_prod(m, hi);
-  return p.hi + (p.lo + m * lo);
+  const T m = expm1(pos ? T(0) : x);
+  const T v = pos ? x : m;
+  const dw<T> p = two_prod(v, hi);
+  const T r = p.hi + (p.lo + v * lo);
+  // x = 0: the product's low part is +0 and would turn -0 into +0; x = +inf: x.
+  return (x == T(0) || (pos && isinf(x))) ? x : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T selu_dx(T x) {

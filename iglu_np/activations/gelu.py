@@ -13,6 +13,8 @@ import math
 from decimal import Decimal, localcontext
 import struct
 
+import numpy as np
+
 from .._math import horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
@@ -202,6 +204,22 @@ GELU_S_32 = (
     -8.2204578302219779837e+5,
 )
 
+def _padded(*ts, dtype=float):
+    """The tuples zero-padded at the high-degree end to one length: Horner then gives the
+    same value bit for bit (0 v + 0 = +-0 and +-0 + c = c for finite v), so one
+    evaluation with coefficients chosen by selects replaces a branch per piece. The
+    float32 sets are numpy float32 scalars (the same rounding as T(c)), so the selects
+    are float32 too (the CUDA float32 kernels must have no float64 instruction)."""
+    n = max(len(t) for t in ts)
+    return tuple(tuple(dtype(c) for c in tuple(t) + (0.0,) * (n - len(t))) for t in ts)
+
+
+GELU_M0P_64, GELU_M1P_64, GELU_M2P_64, GELU_M3P_64 = _padded(
+    GELU_M0_64, GELU_M1_64, GELU_M2_64, GELU_M3_64)
+GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = _padded(
+    GELU_M0_32, GELU_M1_32, GELU_M2_32, GELU_M3_32, dtype=np.float32)
+
+
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
 _HG = "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs), arXiv:1606.08415 (2016)"
 
@@ -216,48 +234,49 @@ def _two_sum(a, b):
     return s, e
 
 
+# The kernels below choose between their cases with selects, not branches: every case is
+# computed with safe arguments (clamped, so no discarded lane needs inf or NaN it would not
+# otherwise meet) and the result picked, so LLVM if-converts the element loops into SIMD
+# code (a branch around a polynomial or exp keeps them scalar). The chosen case computes
+# exactly what the branch did.
 @kernel
 def _npdf_dw(t_hi, t_lo):
     """phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair."""
     T = type(t_hi)
-    if abs(t_hi) > T(64.0):  # underflowed; NaN falls through and propagates
-        return T(0.0)
     if is_f32(t_hi):
         l_hi = T(LN_32H)
         l_lo = T(LN_32L)
     else:
         l_hi = T(LN_64H)
         l_lo = T(LN_64L)
+    under = abs(t_hi) > T(64.0)  # underflowed; NaN fails the test and propagates
+    t_hi = T(64.0) if under else t_hi  # keeps t^2 finite in the discarded lane
+    t_lo = T(0.0) if under else t_lo
     s, e = two_prod(t_hi, t_hi)
     e = e + T(2.0) * t_hi * t_lo
     # The normalising constant goes into the exponent: one rounding fewer than exp()*c.
     y, f = _two_sum(T(-0.5) * s, -l_hi)
     f = f + (T(-0.5) * e - l_lo)
     r = math.exp(y)
-    return r + r * f
+    r = r + r * f
+    return T(0.0) if under else r
 
 
 @kernel
-def _mills(a):
-    """Mills ratio M(a) = Phi(-a)/phi(a) for a >= 0 (0 at a = inf; NaN propagates)."""
+def _mills_poly(a):
+    """Mills ratio M(a) = Phi(-a)/phi(a) for 0 <= a < 4 (any a is safe to pass): the
+    polynomial of a's unit piece, its coefficients chosen by selects. NaN propagates."""
     T = type(a)
-    if a < T(1.0):
-        if is_f32(a):
-            return horner(a - T(0.5), GELU_M0_32)
-        return horner(a - T(0.5), GELU_M0_64)
-    if a < T(2.0):
-        if is_f32(a):
-            return horner(a - T(1.5), GELU_M1_32)
-        return horner(a - T(1.5), GELU_M1_64)
-    if a < T(3.0):
-        if is_f32(a):
-            return horner(a - T(2.5), GELU_M2_32)
-        return horner(a - T(2.5), GELU_M2_64)
-    if a < T(4.0):
-        if is_f32(a):
-            return horner(a - T(3.5), GELU_M3_32)
-        return horner(a - T(3.5), GELU_M3_64)
-    return _mills_s(a) / a
+    c1 = a >= T(1.0)
+    c2 = a >= T(2.0)
+    c3 = a >= T(3.0)
+    centre = T(3.5) if c3 else (T(2.5) if c2 else (T(1.5) if c1 else T(0.5)))
+    # (one name per dtype: the is_f32 branch is folded by LLVM, after typing)
+    if is_f32(a):
+        c32 = GELU_M3P_32 if c3 else (GELU_M2P_32 if c2 else (GELU_M1P_32 if c1 else GELU_M0P_32))
+        return horner(a - centre, c32)
+    c64 = GELU_M3P_64 if c3 else (GELU_M2P_64 if c2 else (GELU_M1P_64 if c1 else GELU_M0P_64))
+    return horner(a - centre, c64)
 
 
 @kernel
@@ -271,20 +290,31 @@ def _mills_s(a):
 
 
 @kernel
+def _mills_both(a):
+    """(small, M(a), a4, S(a4)) for a >= 0: small = a < 4; M from the pieces below 4 and
+    S(a)/a above; a4 = max(a, 4) (NaN stays NaN and is not small)."""
+    T = type(a)
+    small = a < T(4.0)
+    a4 = T(4.0) if small else a
+    s = _mills_s(a4)
+    m = _mills_poly(a if small else T(0.0))
+    m = m if small else s / a4
+    return small, m, a4, s
+
+
+@kernel
 def _gelu_core(x, t_hi, t_lo):
     """x * Phi(t) with Phi(-|t|) = phi(t) M(|t|) (no erfc: its own error is ~2 ulp)."""
     T = type(x)
     ph = _npdf_dw(t_hi, t_lo)
-    a = abs(t_hi)
-    if t_hi < T(0.0):
-        if ph == T(0.0):  # x = -inf would give -inf*0; the limit is 0 (from below)
-            return T(-0.0)
-        if a >= T(4.0):
-            # x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
-            return (x / a) * (ph * _mills_s(a))
-        return x * (ph * _mills(a))
+    small, m, a4, s = _mills_both(abs(t_hi))
+    # t <= -4: x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
+    neg = x * (ph * m) if small else (x / a4) * (ph * s)
+    # x = -inf would give -inf*0 (phi = 0); the limit is 0 (from below).
+    neg = T(-0.0) if ph == T(0.0) else neg
     # Phi(t) = 1 - Phi(-t) with Phi(-t) <= 1/2: no cancellation.
-    return x * (T(1.0) - ph * _mills(a))
+    pos = x * (T(1.0) - ph * m)
+    return neg if t_hi < T(0.0) else pos
 
 
 @kernel
@@ -293,15 +323,12 @@ def _gelu_dx_core(t_hi, t_lo):
     T = type(t_hi)
     ph = _npdf_dw(t_hi, t_lo)
     a = abs(t_hi)
-    if ph == T(0.0):  # |t| = inf (or phi underflowed): the limits 0 and 1
-        if t_hi < T(0.0):
-            return T(0.0)
-        return T(1.0)
-    if t_hi < T(0.0):
-        if a >= T(4.0):
-            return ph * (_mills_s(a) / a - a)
-        return ph * (_mills(a) - a)
-    return T(1.0) + ph * (a - _mills(a))
+    small, m, a4, s = _mills_both(a)
+    neg = t_hi < T(0.0)
+    r = ph * (m - a) if neg else T(1.0) + ph * (a - m)
+    # |t| = inf (or phi underflowed): the limits 0 and 1 (not 0*inf).
+    lim = T(0.0) if neg else T(1.0)
+    return lim if ph == T(0.0) else r
 
 
 # --------------------------------------------------------------------------- GELU
@@ -323,9 +350,9 @@ def _ax(x, a):
     """a*x as an exact dw pair; a = 0 gives 0 even at x = +-inf (the gate is then 1/2)."""
     T = type(x)
     t_hi, t_lo = two_prod(a, x)
-    if a == T(0.0) and math.isinf(x):
-        t_hi = T(0.0)
-        t_lo = T(0.0)
+    zero = a == T(0.0) and math.isinf(x)
+    t_hi = T(0.0) if zero else t_hi
+    t_lo = T(0.0) if zero else t_lo
     return t_hi, t_lo
 
 
@@ -346,10 +373,9 @@ def gelu_a_da(x, a):
     T = type(x)
     t_hi, t_lo = _ax(x, a)
     ph = _npdf_dw(t_hi, t_lo)
-    if ph == T(0.0):  # |x| = inf with a > 0: x^2 phi(ax) -> 0, not inf*0
-        return T(0.0)
     # (x phi) x: x^2 alone may overflow where x^2 phi does not.
-    return (x * ph) * x
+    r = (x * ph) * x
+    return T(0.0) if ph == T(0.0) else r  # |x| = inf with a > 0: the limit 0, not inf*0
 
 
 # --------------------------------------------------------------------------- GELU tanh
@@ -433,7 +459,6 @@ template <class T> IGLU_NP_HOST_DEVICE dw<T> gelu_two_sum(T a, T b) {
 
 // _npdf_dw: phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair.
 template <class T> IGLU_NP_HOST_DEVICE T gelu_npdf_dw(T t_hi, T t_lo) {
-  if (fabs(t_hi) > T(64)) return T(0);  // underflowed; NaN falls through and propagates
   T l_hi, l_lo;
   if (is_f32(t_hi)) {
     l_hi = T(@LN_32H@);
@@ -442,13 +467,17 @@ template <class T> IGLU_NP_HOST_DEVICE T gelu_npdf_dw(T t_hi, T t_lo) {
     l_hi = T(@LN_64H@);
     l_lo = T(@LN_64L@);
   }
+  const bool under = fabs(t_hi) > T(64);  // underflowed; NaN fails the test and propagates
+  t_hi = under ? T(64) : t_hi;            // keeps t^2 finite in the discarded case
+  t_lo = under ? T(0) : t_lo;
   const dw<T> se = two_prod(t_hi, t_hi);
   const T e = se.lo + T(2) * t_hi * t_lo;
   // The normalising constant goes into the exponent: one rounding fewer than exp()*c.
   const dw<T> yf = gelu_two_sum(T(-0.5) * se.hi, -l_hi);
   const T f = yf.lo + (T(-0.5) * e - l_lo);
-  const T r = exp(yf.hi);
-  return r + r * f;
+  T r = exp(yf.hi);
+  r = r + r * f;
+  return under ? T(0) : r;
 }
 
 // _mills_s: S = a M(a) for a >= 4, a polynomial in 1/a^2.
@@ -458,52 +487,60 @@ template <class T> IGLU_NP_HOST_DEVICE T gelu_mills_s(T a) {
   return horner(v, @GELU_S_64@);
 }
 
-// _mills: Mills ratio M(a) = Phi(-a)/phi(a) for a >= 0 (0 at a = inf; NaN propagates).
-template <class T> IGLU_NP_HOST_DEVICE T gelu_mills(T a) {
-  if (a < T(1)) {
-    if (is_f32(a)) return horner(a - T(0.5), @GELU_M0_32@);
-    return horner(a - T(0.5), @GELU_M0_64@);
-  }
-  if (a < T(2)) {
-    if (is_f32(a)) return horner(a - T(1.5), @GELU_M1_32@);
-    return horner(a - T(1.5), @GELU_M1_64@);
-  }
-  if (a < T(3)) {
-    if (is_f32(a)) return horner(a - T(2.5), @GELU_M2_32@);
-    return horner(a - T(2.5), @GELU_M2_64@);
-  }
-  if (a < T(4)) {
+// _mills_poly: M(a) for 0 <= a < 4 from the polynomial of a's unit piece. Python selects
+// the (zero-padded) coefficients of the piece and runs one Horner sum; the padding adds
+// exact zeros, so these branches compute the same value bit for bit.
+template <class T> IGLU_NP_HOST_DEVICE T gelu_mills_poly(T a) {
+  if (a >= T(3)) {
     if (is_f32(a)) return horner(a - T(3.5), @GELU_M3_32@);
     return horner(a - T(3.5), @GELU_M3_64@);
   }
-  return gelu_mills_s(a) / a;
+  if (a >= T(2)) {
+    if (is_f32(a)) return horner(a - T(2.5), @GELU_M2_32@);
+    return horner(a - T(2.5), @GELU_M2_64@);
+  }
+  if (a >= T(1)) {
+    if (is_f32(a)) return horner(a - T(1.5), @GELU_M1_32@);
+    return horner(a - T(1.5), @GELU_M1_64@);
+  }
+  if (is_f32(a)) return horner(a - T(0.5), @GELU_M0_32@);
+  return horner(a - T(0.5), @GELU_M0_64@);
 }
 
-// _gelu_core: x Phi(t) with Phi(-|t|) = phi(t) M(|t|).
+// _mills_both: M(a) for a >= 0 (pieces below 4, S(a)/a above), with a4 = max(a, 4) and
+// S(a4); NaN stays NaN and is not small.
+template <class T> struct gelu_mills_t { bool small; T m, a4, s; };
+
+template <class T> IGLU_NP_HOST_DEVICE gelu_mills_t<T> gelu_mills_both(T a) {
+  const bool small = a < T(4);
+  const T a4 = small ? T(4) : a;
+  const T s = gelu_mills_s(a4);
+  T m = gelu_mills_poly(small ? a : T(0));
+  m = small ? m : s / a4;
+  gelu_mills_t<T> r = {small, m, a4, s};
+  return r;
+}
+
+// _gelu_core: x Phi(t) with Phi(-|t|) = phi(t) M(|t|); selects like the Python kernel.
 template <class T> IGLU_NP_HOST_DEVICE T gelu_core(T x, T t_hi, T t_lo) {
   const T ph = gelu_npdf_dw(t_hi, t_lo);
-  const T a = fabs(t_hi);
-  if (t_hi < T(0)) {
-    if (ph == T(0)) return T(-0.0);  // x = -inf would give -inf*0; the limit is 0 (from below)
-    if (a >= T(4)) return (x / a) * (ph * gelu_mills_s(a));
-    return x * (ph * gelu_mills(a));
-  }
-  return x * (T(1) - ph * gelu_mills(a));  // Phi(-t) <= 1/2: no cancellation
+  const gelu_mills_t<T> ms = gelu_mills_both(fabs(t_hi));
+  // t <= -4: (x/|t|) phi S, one rounding fewer for GELU (x/|t| = -1 exactly).
+  T neg = ms.small ? x * (ph * ms.m) : (x / ms.a4) * (ph * ms.s);
+  neg = (ph == T(0)) ? T(-0.0) : neg;  // x = -inf would give -inf*0; the limit is 0 (from below)
+  const T pos = x * (T(1) - ph * ms.m);  // Phi(-t) <= 1/2: no cancellation
+  return (t_hi < T(0)) ? neg : pos;
 }
 
 // _gelu_dx_core: Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0.
 template <class T> IGLU_NP_HOST_DEVICE T gelu_dx_core(T t_hi, T t_lo) {
   const T ph = gelu_npdf_dw(t_hi, t_lo);
   const T a = fabs(t_hi);
-  if (ph == T(0)) {  // |t| = inf (or phi underflowed): the limits 0 and 1
-    if (t_hi < T(0)) return T(0);
-    return T(1);
-  }
-  if (t_hi < T(0)) {
-    if (a >= T(4)) return ph * (gelu_mills_s(a) / a - a);
-    return ph * (gelu_mills(a) - a);
-  }
-  return T(1) + ph * (a - gelu_mills(a));
+  const gelu_mills_t<T> ms = gelu_mills_both(a);
+  const bool neg = t_hi < T(0);
+  const T r = neg ? ph * (ms.m - a) : T(1) + ph * (a - ms.m);
+  const T lim = neg ? T(0) : T(1);  // |t| = inf (or phi underflowed): the limits 0 and 1
+  return (ph == T(0)) ? lim : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T gelu_fwd(T x) { return gelu_core(x, x, T(0)); }
@@ -513,10 +550,9 @@ template <class T> IGLU_NP_HOST_DEVICE T gelu_dx(T x) { return gelu_dx_core(x, T
 // _ax: a*x as an exact dw pair; a = 0 gives 0 even at x = +-inf (the gate is then 1/2).
 template <class T> IGLU_NP_HOST_DEVICE dw<T> gelu_ax(T x, T a) {
   dw<T> t = two_prod(a, x);
-  if (a == T(0) && isinf(x)) {
-    t.hi = T(0);
-    t.lo = T(0);
-  }
+  const bool zero = a == T(0) && isinf(x);
+  t.hi = zero ? T(0) : t.hi;
+  t.lo = zero ? T(0) : t.lo;
   return t;
 }
 
@@ -533,8 +569,8 @@ template <class T> IGLU_NP_HOST_DEVICE T gelu_a_dx(T x, T a) {
 template <class T> IGLU_NP_HOST_DEVICE T gelu_a_da(T x, T a) {
   const dw<T> t = gelu_ax(x, a);
   const T ph = gelu_npdf_dw(t.hi, t.lo);
-  if (ph == T(0)) return T(0);  // |x| = inf with a > 0: x^2 phi(ax) -> 0, not inf*0
-  return (x * ph) * x;          // x^2 alone may overflow where x^2 phi does not
+  const T r = (x * ph) * x;           // x^2 alone may overflow where x^2 phi does not
+  return (ph == T(0)) ? T(0) : r;  // |x| = inf with a > 0: x^2 phi(ax) -> 0, not inf*0
 }
 
 // _tanh_arg: 2u = k1 x + k3 x^3 as an unnormalised dw pair.

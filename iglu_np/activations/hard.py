@@ -54,15 +54,15 @@ template <class T> IGLU_NP_HOST_DEVICE T hardsigmoid_dx(T x) {
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T hardswish_fwd(T x) {
-  if (x <= T(-3)) return T(0);
-  if (x >= T(3)) return x;
-  return x * (x + T(3)) / T(6);
+  T r = x * (x + T(3)) / T(6);  // selects like the Python kernel
+  r = (x >= T(3)) ? x : r;
+  return (x <= T(-3)) ? T(0) : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T hardswish_dx(T x) {
-  if (x <= T(-3)) return T(0);
-  if (x >= T(3)) return T(1);
-  return (x + x + T(3)) / T(6);  // (2x + 3)/6: exact numerator near the zero at -1.5
+  T r = (x + x + T(3)) / T(6);  // (2x + 3)/6: exact numerator near the zero at -1.5
+  r = (x >= T(3)) ? T(1) : r;
+  return (x <= T(-3)) ? T(0) : r;
 }
 
 }  // namespace iglu_np
@@ -227,25 +227,22 @@ define(
 @kernel
 def hardswish_f(x):
     T = type(x)
-    if x <= T(-3.0):
-        return T(0.0)
-    if x >= T(3.0):
-        return x
     # x + 3 is exact near -3 and the rest are single roundings: <= 1.5 ulp, zero at -3.
-    return x * (x + T(3.0)) / T(6.0)
+    # Selects, not early returns: the float64 loop stayed scalar with the branches.
+    r = x * (x + T(3.0)) / T(6.0)
+    r = x if x >= T(3.0) else r
+    return T(0.0) if x <= T(-3.0) else r  # NaN fails both tests and stays NaN
 
 
 @kernel
 def hardswish_dx(x):
     T = type(x)
-    if x <= T(-3.0):
-        return T(0.0)
-    if x >= T(3.0):
-        return T(1.0)
     # x/3 + 1/2 written as (2x + 3)/6: 2x is exact and 2x + 3 is exact near the zero
     # crossing at x = -1.5 (Sterbenz), so the derivative keeps its relative accuracy
-    # there instead of cancelling. NaN reaches this line and stays NaN.
-    return (x + x + T(3.0)) / T(6.0)
+    # there instead of cancelling. NaN fails both tests below and stays NaN.
+    r = (x + x + T(3.0)) / T(6.0)
+    r = T(1.0) if x >= T(3.0) else r
+    return T(0.0) if x <= T(-3.0) else r
 
 
 define(

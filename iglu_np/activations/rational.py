@@ -30,21 +30,24 @@ template <class T> IGLU_NP_HOST_DEVICE T squareplus_root(T x, T b) { return hypo
 
 template <class T> IGLU_NP_HOST_DEVICE T squareplus_fwd(T x, T b) {
   const T s = squareplus_root(x, b);
-  if (x < T(0)) return (T(0.5) * b) / (s - x);  // rationalised: no cancellation for x << 0
-  return T(0.5) * (x + s);
+  const bool neg = x < T(0);
+  const T rn = (T(0.5) * b) / (neg ? (s - x) : T(1));  // rationalised: no cancellation for x << 0
+  const T rp = T(0.5) * (x + s);
+  return neg ? rn : rp;
 }
 
 // (1 - |x|/s)/2 = b/(2 s (s + |x|)), cancellation-free (rational._sp_q).
 template <class T> IGLU_NP_HOST_DEVICE T squareplus_q(T x, T b) {
   const T s = squareplus_root(x, b);
-  if (s == T(0)) return T(0.5);  // x = b = 0: the convention f'(0) = 1/2
-  return T(0.5) * ((b / s) / (s + fabs(x)));
+  const bool zero = s == T(0);
+  const T sd = zero ? T(1) : s;
+  const T q = T(0.5) * ((b / sd) / (sd + fabs(x)));
+  return zero ? T(0.5) : q;  // x = b = 0: the convention f'(0) = 1/2
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T squareplus_dx(T x, T b) {
   const T q = squareplus_q(x, b);
-  if (x < T(0)) return q;
-  return T(1) - q;
+  return (x < T(0)) ? q : T(1) - q;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T squareplus_db(T x, T b) {
@@ -110,10 +113,12 @@ def _sp_root(x, b):
 def squareplus_f(x, b):
     T = type(x)
     s = _sp_root(x, b)
-    if x < T(0.0):
-        # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
-        return (T(0.5) * b) / (s - x)
-    return T(0.5) * (x + s)
+    # Selects, not branches (the loops vectorise); each case's denominator is safe.
+    neg = x < T(0.0)
+    # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
+    rn = (T(0.5) * b) / ((s - x) if neg else T(1.0))
+    rp = T(0.5) * (x + s)
+    return rn if neg else rp
 
 
 @kernel
@@ -121,19 +126,18 @@ def _sp_q(x, b):
     """(1 - |x|/s)/2 = b/(2 s (s + |x|)): the distance of f' from 0 or 1, cancellation-free."""
     T = type(x)
     s = _sp_root(x, b)
-    if s == T(0.0):
-        # x = 0 and b = 0 (ReLU): the convention f'(0) = 1/2, the value for every b > 0.
-        return T(0.5)
-    return T(0.5) * ((b / s) / (s + abs(x)))
+    zero = s == T(0.0)
+    sd = T(1.0) if zero else s
+    q = T(0.5) * ((b / sd) / (sd + abs(x)))
+    # x = 0 and b = 0 (ReLU): the convention f'(0) = 1/2, the value for every b > 0.
+    return T(0.5) if zero else q
 
 
 @kernel
 def squareplus_dx(x, b):
     T = type(x)
     q = _sp_q(x, b)
-    if x < T(0.0):
-        return q
-    return T(1.0) - q  # q <= 1/2 here: no cancellation
+    return q if x < T(0.0) else T(1.0) - q  # q <= 1/2 for x >= 0: no cancellation
 
 
 @kernel

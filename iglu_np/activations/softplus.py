@@ -18,48 +18,57 @@ def _beta_x(x, beta, threshold):
 
 
 @kernel
+def _neg_abs_y(yh, yl):
+    """(-|y| as a dw pair, y > 0): the argument of the one exp both signs share."""
+    T = type(yh)
+    pos = yh > T(0.0)
+    nh = -yh if pos else yh
+    nl = -yl if pos else yl
+    return nh, nl, pos
+
+
+# Branch-free: both signs go through one exp and one log1p and the results are chosen
+# by selects, so the element loops if-convert into SIMD code (a branch around the calls
+# keeps them scalar).
+@kernel
 def softplus_f(x, beta, threshold):
-    T = type(x)
     yh, yl, linear = _beta_x(x, beta, threshold)
-    if linear:
-        return x
-    if yh > T(0.0):
-        # y + log1p(exp(-y)): no overflow; the low part of y enters additively.
-        return (yh + (yl + math.log1p(math.exp(-yh)))) / beta
-    # For y << 0 the result is ~exp(y)/beta and exp has condition |y|: use the dw y.
-    return math.log1p(exp_dw(yh, yl)) / beta
+    nh, nl, pos = _neg_abs_y(yh, yl)
+    # log1p(exp(-|y|)) with the dw -|y|: for y << 0 the result is ~exp(y)/beta and exp
+    # has condition |y|; for y > 0, y + log1p(exp(-y)) (no overflow), the low part of y
+    # entering additively.
+    l = math.log1p(exp_dw(nh, nl))
+    r = (yh + (yl + l)) if pos else l
+    r = r / beta
+    return x if linear else r
 
 
 @kernel
 def softplus_dx(x, beta, threshold):
     T = type(x)
     yh, yl, linear = _beta_x(x, beta, threshold)
-    if linear:
-        return T(1.0)
-    if yh > T(0.0):
-        return T(1.0) / (T(1.0) + exp_dw(-yh, -yl))
-    e = exp_dw(yh, yl)
-    return e / (T(1.0) + e)
+    nh, nl, pos = _neg_abs_y(yh, yl)
+    # sigma(y) = 1/(1 + e) for y > 0 and e/(1 + e) otherwise, e = exp(-|y|).
+    e = exp_dw(nh, nl)
+    num = T(1.0) if pos else e
+    r = num / (T(1.0) + e)
+    return T(1.0) if linear else r
 
 
 @kernel
 def softplus_dbeta(x, beta, threshold):
     T = type(x)
     yh, yl, linear = _beta_x(x, beta, threshold)
-    if linear:
-        return T(0.0)
     # (y sigma(y) - softplus(y))/beta^2. The bracket h is even in y and equals
     # -(|y| u/(1 + u) + log1p(u)) with u = exp(-|y|): two terms of one sign, where the
     # textbook form cancels to ~(1 + y) e^-y for y >> 0.
-    if yh > T(0.0):
-        u = exp_dw(-yh, -yl)
-    else:
-        u = exp_dw(yh, yl)
-    t = T(0.0)
-    if u > T(0.0):  # u = 0 at y = -inf, where |y| u would be NaN
-        t = abs(yh) * (u / (T(1.0) + u))
+    nh, nl, pos = _neg_abs_y(yh, yl)
+    u = exp_dw(nh, nl)
+    a = T(0.0) if u == T(0.0) else abs(yh)  # u = 0 at y = -inf, where |y| u would be NaN
+    t = a * (u / (T(1.0) + u))
     h = -(t + math.log1p(u))
-    return h / beta / beta
+    r = h / beta / beta
+    return T(0.0) if linear else r
 
 
 @kernel
@@ -87,37 +96,46 @@ template <class T> IGLU_NP_HOST_DEVICE softplus_y_t<T> softplus_beta_x(T x, T be
   return r;
 }
 
+// -|y| as a dw pair and y > 0: the argument of the one exp both signs share.
+template <class T> struct softplus_na_t { T hi, lo; bool pos; };
+
+template <class T> IGLU_NP_HOST_DEVICE softplus_na_t<T> softplus_neg_abs_y(T yh, T yl) {
+  const bool pos = yh > T(0);
+  softplus_na_t<T> r = {pos ? -yh : yh, pos ? -yl : yl, pos};
+  return r;
+}
+
+// Branch-free like the Python kernels (one exp and one log1p for both signs, selects).
 template <class T> IGLU_NP_HOST_DEVICE T softplus_fwd(T x, T beta, T threshold) {
   const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  if (y.linear) return x;
-  // y + log1p(exp(-y)): no overflow; the low part of y enters additively.
-  if (y.hi > T(0)) return (y.hi + (y.lo + log1p(exp(-y.hi)))) / beta;
-  // ~exp(y)/beta for y << 0, and exp has condition |y|: the dw y.
-  return log1p(exp_dw(y.hi, y.lo)) / beta;
+  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
+  // log1p(exp(-|y|)) with the dw -|y|; y + that for y > 0 (no overflow).
+  const T l = log1p(exp_dw(n.hi, n.lo));
+  T r = n.pos ? (y.hi + (y.lo + l)) : l;
+  r = r / beta;
+  return y.linear ? x : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T softplus_dx(T x, T beta, T threshold) {
   const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  if (y.linear) return T(1);
-  if (y.hi > T(0)) return T(1) / (T(1) + exp_dw(-y.hi, -y.lo));
-  const T e = exp_dw(y.hi, y.lo);
-  return e / (T(1) + e);
+  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
+  // 1/(1 + e) for y > 0, e/(1 + e) otherwise, e = exp(-|y|).
+  const T e = exp_dw(n.hi, n.lo);
+  const T num = n.pos ? T(1) : e;
+  const T r = num / (T(1) + e);
+  return y.linear ? T(1) : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T softplus_dbeta(T x, T beta, T threshold) {
   const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  if (y.linear) return T(0);
   // -(|y| u/(1 + u) + log1p(u))/beta^2, u = exp(-|y|): two terms of one sign.
-  T u;
-  if (y.hi > T(0)) {
-    u = exp_dw(-y.hi, -y.lo);
-  } else {
-    u = exp_dw(y.hi, y.lo);
-  }
-  T t = T(0);
-  if (u > T(0)) t = fabs(y.hi) * (u / (T(1) + u));  // u = 0 at y = -inf: |y| u is NaN
+  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
+  const T u = exp_dw(n.hi, n.lo);
+  const T a = (u == T(0)) ? T(0) : fabs(y.hi);  // u = 0 at y = -inf: |y| u is NaN
+  const T t = a * (u / (T(1) + u));
   const T h = -(t + log1p(u));
-  return h / beta / beta;
+  const T r = h / beta / beta;
+  return y.linear ? T(0) : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T softplus_dthreshold(T x, T, T) {
