@@ -39,13 +39,12 @@ template <class T> IGLU_NP_HOST_DEVICE T atlu_dx(T x) { return iglu_dx(x, T(1));
 
 template <class T> IGLU_NP_HOST_DEVICE T xatlu_fwd(T x, T alpha) {
   const T c = T(1) + T(2) * alpha;
-  if (x < T(0)) {
-    // (1+2a) ATLU(x) - a x: ATLU's reflected gate and finite limit at -inf.
-    T r = c * atlu_fwd(x);
-    if (alpha != T(0)) r = r - alpha * x;
-    return r;
-  }
-  return x * (T(0.5) + c * (atan(x) / T(IGLU_NP_PI)));  // non-negative terms for x >= 0
+  // Both sides and a select, as in Python. x < 0: (1+2a) ATLU(x) - a x: ATLU's reflected
+  // gate and finite limit at -inf.
+  T rn = c * atlu_fwd(x);
+  rn = (alpha != T(0)) ? rn - alpha * x : rn;
+  const T rp = x * (T(0.5) + c * (atan(x) / T(IGLU_NP_PI)));  // non-negative terms for x >= 0
+  return (x < T(0)) ? rn : rp;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T xatlu_dx(T x, T alpha) {
@@ -114,17 +113,16 @@ define(
 def xatlu_f(x, alpha):
     T = type(x)
     c = T(1.0) + T(2.0) * alpha
-    if x < T(0.0):
-        # x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU carries the reflected gate and the
-        # finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would alpha*x
-        # for alpha = 0, hence the test).
-        r = c * atlu_f(x)
-        if alpha != T(0.0):
-            r = r - alpha * x
-        return r
-    # (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for x >= 0 and c > 0 a sum of
-    # non-negative terms, so no cancellation on this side.
-    return x * (T(0.5) + c * (math.atan(x) / T(math.pi)))
+    # Both sides computed and one chosen by a select (a branch kept the float64 loop
+    # scalar). x < 0: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU carries the reflected
+    # gate and the finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would
+    # alpha*x for alpha = 0, hence the test).
+    rn = c * atlu_f(x)
+    rn = rn - alpha * x if alpha != T(0.0) else rn
+    # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
+    # terms, so no cancellation on this side.
+    rp = x * (T(0.5) + c * (math.atan(x) / T(math.pi)))
+    return rn if x < T(0.0) else rp
 
 
 @kernel

@@ -42,9 +42,9 @@ template <class T> IGLU_NP_HOST_DEVICE T hardtanh_dmax_val(T x, T, T hi) {
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T hardsigmoid_fwd(T x) {
-  if (x <= T(-3)) return T(0);
-  if (x >= T(3)) return T(1);
-  return (x + T(3)) / T(6);  // x + 3 exact near -3; NaN stays NaN
+  T r = (x + T(3)) / T(6);  // x + 3 exact near -3; NaN stays NaN (selects as in Python)
+  r = (x >= T(3)) ? T(1) : r;
+  return (x <= T(-3)) ? T(0) : r;
 }
 
 template <class T> IGLU_NP_HOST_DEVICE T hardsigmoid_dx(T x) {
@@ -178,13 +178,12 @@ define(
 @kernel
 def hardsigmoid_f(x):
     T = type(x)
-    if x <= T(-3.0):
-        return T(0.0)
-    if x >= T(3.0):
-        return T(1.0)
     # (x + 3)/6, not x/6 + 1/2: x + 3 is exact near -3 (Sterbenz), so the small values
-    # just above -3 keep full relative accuracy. NaN reaches this line and stays NaN.
-    return (x + T(3.0)) / T(6.0)
+    # just above -3 keep full relative accuracy. Selects, not early returns (the float64
+    # loop stayed scalar); NaN fails both tests and stays NaN.
+    r = (x + T(3.0)) / T(6.0)
+    r = T(1.0) if x >= T(3.0) else r
+    return T(0.0) if x <= T(-3.0) else r
 
 
 @kernel
