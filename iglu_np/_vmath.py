@@ -292,16 +292,14 @@ def _log_core(u, c):
     f = m - T(1.0)
     s = f / (T(2.0) + f)
     w = s * s
-    # T(k) through the bits of 1.5*2^52 + k (or 1.5*2^23 + k), exact for the exponent
+    # kf = T(k) through the bits of 1.5*2^23 + k (1.5*2^52 + k), exact for the exponent
     # range: AVX2 has no packed int64 -> float conversion.
     if _f32(u):
         kf = _from_bits(k + _bits(T(_MAGIC32)), u) - T(_MAGIC32)
-    else:
-        kf = _from_bits(k + _bits(T(_MAGIC64)), u) - T(_MAGIC64)
-    if _f32(u):
         R = w * _poly(w, LOG32)
         l_hi, l_lo = T(_LN2_HI32), T(_LN2_LO32)
     else:
+        kf = _from_bits(k + _bits(T(_MAGIC64)), u) - T(_MAGIC64)
         R = w * _poly(w, LOG64)
         l_hi, l_lo = T(_LN2_HI64), T(_LN2_LO64)
     hfsq = T(0.5) * f * f

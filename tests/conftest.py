@@ -9,9 +9,12 @@ NAMES = list(iglu_np.ACTIVATIONS)
 DTYPES = [np.float32, np.float64]
 
 
+_GPU_SKIP = "needs a real NVIDIA GPU (none detected)"
+
+
 def pytest_collection_modifyitems(config, items):
     gpu = _gpu_available()
-    skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (none detected)")
+    skip = pytest.mark.skip(reason=_GPU_SKIP)
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(skip)
@@ -20,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
 # CI installs every test extra (NVRTC, NVVM, g++, dask, sklearn...), so there the only
 # acceptable skip is the real-GPU one: IGLU_NP_STRICT_SKIPS=1 turns any other skip (a
 # verification step that silently stopped running) into a failure.
-_ALLOWED_SKIPS = ("needs a real NVIDIA GPU",
+_ALLOWED_SKIPS = (_GPU_SKIP,
                   "could not import 'torch'")  # torch: optional comparisons, never a dependency
 
 
