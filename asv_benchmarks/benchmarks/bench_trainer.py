@@ -3,12 +3,24 @@ on a fixed synthetic problem, for every registered activation (all its parameter
 learnable, so the fused ``backward_params`` path is exercised too).
 
 Skipped (asv's NotImplementedError) at commits where ``iglu_np.nn`` does not import.
+
+BLAS runs on one thread here (threadpoolctl, in the asv environment): the step's
+128x64 matmuls gain nothing from OpenBLAS's pool, whose threads keep spinning after each
+call and were counted by the CPU-time clock (up to 1.8x the step's time, varying between
+processes). The activations' own kernels stay single-threaded below 65,536 elements.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._common import CPU_CLOCK, NAMES, SEED, check_coverage, get_act, registry_driven
+from ._common import (
+    CPU_CLOCK, NAMES, ROUNDS, SEED, check_coverage, get_act, memo, registry_driven,
+)
+
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # then BLAS runs as configured (OPENBLAS_NUM_THREADS=1 does the same)
+    threadpool_limits = None
 
 N_SAMPLES, N_FEATURES, N_CLASSES, BATCH = 2048, 32, 10, 128
 HIDDEN = (64, 64)
@@ -23,15 +35,30 @@ def _problem():
     return X, y.astype(np.int64)
 
 
+_blas_limit = []
+
+
+def _one_blas_thread():
+    """Limit BLAS to one thread, once per process (the limit is process-global)."""
+    if threadpool_limits is not None and not _blas_limit:
+        _blas_limit.append(threadpool_limits(limits=1, user_api="blas"))
+
+
 @registry_driven("trainer")
 class Trainer:
     params = (NAMES,)
     param_names = ("activation",)
-    repeat = (3, 10, 2.0)
+    repeat = (3, 5, 1.0)
+    rounds = ROUNDS  # see _common.ROUNDS
     timeout = 300.0
     timer = staticmethod(CPU_CLOCK)
 
     def setup(self, name):
+        _one_blas_thread()
+        self.ad, self.X, self.y, self.model, self.opt = memo(("Trainer", name),
+                                                             lambda: self._build(name))
+
+    def _build(self, name):
         act = get_act(name)
         try:
             from iglu_np.nn import autodiff as ad
@@ -45,6 +72,7 @@ class Trainer:
                          rng=SEED)
         self.opt = Adam(self.model.parameters(), lr=1e-3)
         self.step(0)  # warm-up: compiles every kernel kind the step uses
+        return self.ad, self.X, self.y, self.model, self.opt
 
     def step(self, start):
         ad, model, opt = self.ad, self.model, self.opt
