@@ -132,9 +132,11 @@ class Overhead:
     params = (NAMES, ("scalar", "5 elements"), ("forward", "dx", "backward", "backward_params"))
     param_names = ("activation", "input", "op")
     # A sample is the mean of 100 calls, each timed on its own (asv re-runs the cheap,
-    # memoised setup between them): one 5 us call against the clock's own ~0.5 us and its
-    # jitter made the samples swing 2x. Wall time: reading the process CPU clock is a
-    # system call, ~10% of what is measured here; these calls are single-threaded.
+    # memoised setup between them); without `number` asv_runner takes one call per sample
+    # when a class has a setup, a few us against the clock's own jitter. Wall time:
+    # reading the process CPU clock is a system call (~0.5 us, ~10% of what is measured
+    # here); these calls are single-threaded. Their level still differs up to 2x between
+    # processes on a shared VM (README, "Noise").
     number = 100
     repeat = (5, 10, 0.5)
     rounds = ROUNDS
