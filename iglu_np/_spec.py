@@ -118,6 +118,7 @@ class ActivationSpec:
     tolerances: Mapping = field(default_factory=dict)
     cxx: str = ""
     example: str = ""
+    monotonic: bool = False
     extra: Mapping = field(default_factory=dict)
 
     @property
@@ -168,6 +169,7 @@ def define(
     tolerances: Mapping | None = None,
     cxx: str = "",
     example: str = "",
+    monotonic: bool = False,
     **extra,
 ) -> ActivationSpec:
     """Declare and register an activation.
@@ -181,7 +183,8 @@ def define(
     error yardstick where the true value cancels to (near) zero. ``check(**params)``
     returns an error message for an invalid *combination* of parameters (or None).
     ``special_points`` are x values (kinks, thresholds) the tests always include, as
-    numbers or as callables ``(params dict) -> x``.
+    numbers or as callables ``(params dict) -> x``. ``monotonic=True`` declares ``f``
+    non-decreasing in x at the default parameters (a hypothesis property test checks it).
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -217,6 +220,7 @@ def define(
         tolerances=MappingProxyType(dict(tolerances or {})),
         cxx=cxx,
         example=example,
+        monotonic=bool(monotonic),
         extra=MappingProxyType(extra),
     )
     _REGISTRY[name] = spec

@@ -285,7 +285,7 @@ def test_property_shapes_strides_and_out(name, x, strided):
     np.testing.assert_array_equal(out, r.astype(np.float64))
 
 
-MONOTONE = [n for n in NAMES if iglu_np.ACTIVATIONS[n].spec.extra.get("monotonic")]
+MONOTONE = [n for n in NAMES if iglu_np.ACTIVATIONS[n].spec.monotonic]
 
 
 @pytest.mark.skipif(not MONOTONE, reason="no spec declares monotonic=True yet")

@@ -350,7 +350,7 @@ _KINK_NOTE = (
 
 define(
     "elu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Exponential Linear Unit.",
     formula=r"\mathrm{ELU}(x;\alpha) = \begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases}",
     derivative_formula=(
@@ -381,7 +381,7 @@ define(
 
 define(
     "celu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Continuously differentiable ELU: ELU with the input scaled by 1/alpha.",
     formula=(
         r"\mathrm{CELU}(x;\alpha) = \max(0, x) + \min\bigl(0, \alpha\,(e^{x/\alpha} - 1)\bigr)"
@@ -419,7 +419,7 @@ define(
 
 define(
     "selu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Scaled ELU, the self-normalising activation.",
     formula=(
         r"\mathrm{SELU}(x) = \lambda\begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases},"

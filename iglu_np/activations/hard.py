@@ -137,7 +137,7 @@ _MAX = Param(
 
 define(
     "hardtanh",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Hard tanh: the input clamped to [min_val, max_val].",
     formula=r"f(x;a,b) = \min(\max(x, a), b)",
     derivative_formula=(
@@ -198,7 +198,7 @@ def hardsigmoid_dx(x):
 
 define(
     "hardsigmoid",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Hard sigmoid: relu6(x + 3)/6, a piecewise-linear logistic.",
     formula=r"f(x) = \frac{\min(\max(x + 3, 0), 6)}{6}",
     derivative_formula=r"f'(x) = \tfrac{1}{6}\,\mathbb{1}[-3 < x < 3]",

@@ -417,7 +417,7 @@ _GATE_NOTE = (
 
 define(
     "z_gate",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Cauchy CDF gate of IGLU.",
     formula=r"Z(x;\sigma) = \frac{1}{2} + \frac{1}{\pi}\arctan(\sigma x)",
     derivative_formula=r"\frac{\partial Z}{\partial x} = \frac{\sigma}{\pi(1+\sigma^2x^2)}",
@@ -466,7 +466,7 @@ define(
 
 define(
     "z_approx",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Rational approximation of the IGLU gate (IGLU-Approx's gate).",
     formula=r"Z_a(x;\sigma) = \frac{1 + 2\max(0,\sigma x)}{2(1+|\sigma x|)}",
     derivative_formula=r"\frac{\partial Z_a}{\partial x} = \frac{\sigma}{2(1+|\sigma x|)^2}",

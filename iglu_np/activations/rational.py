@@ -77,7 +77,7 @@ def softsign_dx(x):
 
 define(
     "softsign",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Softsign: x/(1 + |x|), a rational sigmoid-shaped squashing function.",
     formula=r"f(x) = \frac{x}{1 + |x|}",
     derivative_formula=r"f'(x) = \frac{1}{(1 + |x|)^2}",
@@ -190,7 +190,7 @@ _B = Param(
 
 define(
     "squareplus",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Squareplus: an algebraic softplus, (x + sqrt(x^2 + b))/2.",
     formula=r"f(x;b) = \frac{x + \sqrt{x^2 + b}}{2}",
     derivative_formula=(

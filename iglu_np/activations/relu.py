@@ -165,7 +165,7 @@ def _ref_leaky(mp, x, a):
 
 define(
     "identity",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="The identity map (a linear layer's missing activation), with its derivatives.",
     formula=r"f(x) = x",
     derivative_formula=r"f'(x) = 1",
@@ -184,7 +184,7 @@ define(
 
 define(
     "relu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Rectified linear unit.",
     formula=r"\mathrm{ReLU}(x) = \max(0, x)",
     derivative_formula=r"\mathrm{ReLU}'(x) = \begin{cases} 1 & x > 0\\ 0 & x \le 0\end{cases}",
@@ -207,7 +207,7 @@ define(
 
 define(
     "relu2",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Squared ReLU (Primer, So et al. 2021).",
     formula=r"f(x) = \max(0, x)^2",
     derivative_formula=r"f'(x) = 2\max(0, x)",
@@ -238,7 +238,7 @@ _SLOPE = Param(
 
 define(
     "leaky_relu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Leaky ReLU: a small fixed slope for negative inputs.",
     formula=r"f(x;a) = \begin{cases} x & x > 0\\ a x & x \le 0\end{cases}",
     derivative_formula=(
@@ -277,7 +277,7 @@ _WEIGHT = Param(
 
 define(
     "prelu",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Parametric ReLU: leaky ReLU with a learnable (scalar or per-channel) slope.",
     formula=r"f(x;w) = \begin{cases} x & x > 0\\ w x & x \le 0\end{cases}",
     derivative_formula=(

@@ -129,7 +129,7 @@ _SPECIAL = (lambda p: p["lambd"], lambda p: -p["lambd"])
 
 define(
     "hardshrink",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Hard shrinkage: zero inside [-lambd, lambd], identity outside.",
     formula=r"f(x;\lambda) = \begin{cases} x & |x| > \lambda\\ 0 & |x| \le \lambda\end{cases}",
     derivative_formula=(
@@ -163,7 +163,7 @@ define(
 
 define(
     "softshrink",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Soft shrinkage (soft thresholding): |x| reduced by lambd, clipped at 0.",
     formula=r"f(x;\lambda) = \operatorname{sign}(x)\max(|x| - \lambda, 0)",
     derivative_formula=(

@@ -446,7 +446,7 @@ def _xsilu_dx_scale(mp, x, a):
 # --------------------------------------------------------------------------- specs
 define(
     "sigmoid",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Logistic sigmoid.",
     formula=r"\sigma(x) = \frac{1}{1 + e^{-x}}",
     derivative_formula=r"\sigma'(x) = \sigma(x)\,(1 - \sigma(x)) = \frac{e^{-|x|}}{(1 + e^{-|x|})^2}",
@@ -470,7 +470,7 @@ define(
 
 define(
     "tanh",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Hyperbolic tangent.",
     formula=r"\tanh(x) = \frac{e^{x} - e^{-x}}{e^{x} + e^{-x}}",
     derivative_formula=r"\tanh'(x) = 1 - \tanh^2(x) = \frac{4e^{-2|x|}}{(1 + e^{-2|x|})^2}",
@@ -516,7 +516,7 @@ define(
 
 define(
     "tanhshrink",
-    monotonic=True,  # non-decreasing at the defaults (a hypothesis property test)
+    monotonic=True,
     summary="Tanhshrink: the input minus its tanh.",
     formula=r"\mathrm{Tanhshrink}(x) = x - \tanh(x)",
     derivative_formula=r"\mathrm{Tanhshrink}'(x) = \tanh^2(x)",
