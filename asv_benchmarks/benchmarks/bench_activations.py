@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from ._common import (
-    BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, ROUNDS, SIZES, SMALL_SIZES, TRACK_SIZE,
+    BACKENDS, DTYPES, LARGE, NAMES, ROUNDS, SIZES, SMALL_SIZES, TRACK_SIZE,
     Device, check_coverage, clock, get_act, make_grad, make_x, memo, ratio_to,
     registry_driven, use_clock,
 )

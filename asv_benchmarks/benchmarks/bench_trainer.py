@@ -35,15 +35,6 @@ def _problem():
     return X, y.astype(np.int64)
 
 
-_blas_limit = []
-
-
-def _one_blas_thread():
-    """Limit BLAS to one thread, once per process (the limit is process-global)."""
-    if threadpool_limits is not None and not _blas_limit:
-        _blas_limit.append(threadpool_limits(limits=1, user_api="blas"))
-
-
 @registry_driven("trainer")
 class Trainer:
     params = (NAMES,)
@@ -54,12 +45,13 @@ class Trainer:
     timer = staticmethod(CPU_CLOCK)
 
     def setup(self, name):
-        _one_blas_thread()
         self.ad, self.X, self.y, self.model, self.opt = memo(("Trainer", name),
                                                              lambda: self._build(name))
 
     def _build(self, name):
         act = get_act(name)
+        if threadpool_limits is not None:  # process-global, and a process runs one name
+            threadpool_limits(limits=1, user_api="blas")
         try:
             from iglu_np.nn import autodiff as ad
             from iglu_np.nn.layers import MLP
