@@ -31,8 +31,8 @@ start=$SECONDS
 "$PY" -m asv check --python=same
 
 # Parameterised benchmarks are selected by "name(param, ...)"; every grid starts with the
-# activation. One activation in float32: the smallest throughput size (GPU backends are in
-# the selection and skip on a machine without a GPU), the tiny-input overheads, the
+# activation. One activation in float32: the smallest throughput size (the *GPU classes
+# are left out at discovery on a machine without a GPU), the tiny-input overheads, the
 # ratio/temporaries/accuracy tracks, the 16.8M-element peak-memory trio (forward,
 # backward, copy floor) and the trainer. The forkserver imports the suite once.
 A="'$ACT'"

@@ -9,7 +9,9 @@ import, so a newly registered activation is benchmarked without editing this sui
 """
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 
 import numpy as np
@@ -29,7 +31,9 @@ LARGE = 16_777_216
 # Size of the temporaries `track_` benchmark (deterministic: any size shows a hidden
 # full-size temporary; this one allocates quickly).
 TRACK_SIZE = 1_000_000
-BACKENDS = ("cpu", "numba_cuda", "cupy")
+CPU_BACKENDS = ("cpu",)
+GPU_BACKENDS = ("numba_cuda", "cupy")
+BACKENDS = CPU_BACKENDS + GPU_BACKENDS
 
 SEED = 20260301
 
@@ -98,21 +102,31 @@ def get_act(name):
         raise NotImplementedError(f"{name} is not registered at this commit") from None
 
 
+# Inputs beyond this many elements repeat a block of it: generating 16.8M normals took
+# 0.2-0.3 s per benchmark process (a third of its time); a 2**20-element period is far
+# beyond what a branch predictor or a cache can exploit.
+_BLOCK = 1 << 20
+
+
+def _normal(dtype, n, seed, scale=1.0, lo=-np.inf, hi=np.inf) -> np.ndarray:
+    m = min(n, _BLOCK)
+    x = np.random.default_rng(seed).standard_normal(m, dtype=np.dtype(dtype).type)
+    if scale != 1.0:
+        x *= scale
+    if lo > -3e30 or hi < 3e30:
+        np.clip(x, lo, hi, out=x)
+    return x if m == n else np.resize(x, n)
+
+
 def make_x(act, dtype, n, seed=SEED) -> np.ndarray:
     """Deterministic inputs ~ 3·N(0, 1) (the range activations see in practice, both
     branches of every kink), clipped to the activation's declared domain."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(n, dtype=np.dtype(dtype).type)
-    x *= 3
     lo, hi = getattr(act.spec, "x_range", (-np.inf, np.inf))
-    if lo > -3e30 or hi < 3e30:
-        np.clip(x, lo, hi, out=x)
-    return x
+    return _normal(dtype, n, seed, 3.0, lo, hi)
 
 
 def make_grad(dtype, n, seed=SEED + 1) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal(n, dtype=np.dtype(dtype).type)
+    return _normal(dtype, n, seed)
 
 
 # --------------------------------------------------------------------------- backends
@@ -126,6 +140,43 @@ def _no_cuda_device() -> bool:
     ):
         return True
     return False
+
+
+NO_GPU = _no_cuda_device()
+
+try:
+    from asv_runner.benchmarks.mark import skip_benchmark_if
+except ImportError:  # the suite imported without asv (tests), or an asv_runner before 0.1
+    def skip_benchmark_if(condition):
+        """asv_runner's decorator: a benchmark marked ``skip_benchmark`` is left out at
+        discovery."""
+        def deco(func):
+            @functools.wraps(func)
+            def wrapper(*args, **kwargs):
+                return func(*args, **kwargs)
+
+            if condition:
+                wrapper.skip_benchmark = True
+            return wrapper
+
+        return deco
+
+
+def gpu_twin(cls):
+    """``cls`` (whose last parameter is the backend, ``("cpu",)``) on the GPU backends,
+    as its own class whose ``time_`` method carries asv's ``skip_benchmark_if(NO_GPU)``.
+
+    Without a GPU the twin is dropped at discovery. Skipping per parameter set instead
+    (NotImplementedError in setup, or ``skip_params``) still costs asv a forked process
+    for every GPU parameter set in every round: 1320 per round and commit for this grid,
+    ~18 ms each, measured here (~6 min of an 8-round ``asv continuous``).
+    """
+    meths = [m for m in vars(cls) if m.startswith("time_")]
+    ns = {m: skip_benchmark_if(NO_GPU)(getattr(cls, m)) for m in meths}
+    ns["params"] = tuple(cls.params[:-1]) + (GPU_BACKENDS,)
+    ns["__doc__"] = f"``{cls.__name__}`` on the GPU backends (skipped without a GPU)."
+    ns["__module__"] = cls.__module__
+    return type(cls.__name__ + "GPU", (cls,), ns)
 
 
 class Device:
@@ -145,7 +196,7 @@ class Device:
             raise ValueError(f"unknown backend {backend!r}")
         if backend not in getattr(iglu_np.backends, "BACKENDS", {}):
             raise NotImplementedError(f"backend {backend} does not exist at this commit")
-        if _no_cuda_device():
+        if NO_GPU:
             raise NotImplementedError("no GPU on this machine")
         try:
             iglu_np.backends._module(backend)
@@ -175,18 +226,44 @@ class Device:
 
 
 def _prewarm():
-    """Initialise Numba (LLVM, the on-disk kernel cache) once, at import.
+    """Load Numba and the kernels once, in the process that asv forks from.
 
-    asv imports the suite in a server process and forks one process per benchmark and
-    parameter set (~2000 for the full grid): without this each of them pays ~1 s of CPU
-    to start Numba; with it ~0.15 s. Only a raw ufunc is called: it is single-threaded,
-    and no thread pool or GPU context may exist before a fork.
+    asv imports the suite in a server process and forks one process per benchmark,
+    parameter set and round (~1000 per round and commit). Without any prewarming each
+    paid ~1 s of CPU to start Numba; with Numba started, still 0.1-0.8 s to load its
+    activation's kernels from the on-disk cache and 1.2 s to import ``iglu_np.nn`` (the
+    trainer), against a few ms of timed work (measured here). So the server loads every
+    activation's small-input kernels (float32, float64, a Python float: the serial paths,
+    which also serve 10,000 elements and the trainer's 128x64 batches) and imports the
+    trainer, ~15 s once per server. Only in the server (``asv_runner run_server``):
+    discovery and ``asv check`` import the suite too and need none of it. Nothing here
+    may start a thread pool or a GPU context, which do not survive a fork: the calls stay
+    below the parallel kernels' threshold.
     """
     try:
         act = iglu_np.get(NAMES[0])
         act.ufunc(0.5, *act.defaults.values())
     except Exception:  # noqa: BLE001 - the benchmarks themselves report real failures
         pass
+    if sys.argv[1:2] != ["run_server"]:
+        return
+    try:
+        import iglu_np.nn.autodiff  # noqa: F401
+        import iglu_np.nn.layers  # noqa: F401
+        import iglu_np.nn.optim  # noqa: F401
+    except Exception:  # noqa: BLE001 - no trainer at this commit
+        pass
+    for name in NAMES:
+        try:
+            act = iglu_np.get(name)
+            for x in (0.75, *(np.linspace(-2, 2, 5, dtype=dt) for dt in DTYPES)):
+                act(x)
+                act.dx(x)
+                act.backward(x, x)
+                if act.param_names:
+                    act.backward_params(x, x)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 _prewarm()
@@ -204,15 +281,29 @@ _prewarm()
 CPU_CLOCK = time.perf_counter if os.environ.get("IGLU_ASV_CLOCK") == "wall" else time.process_time
 _clock_now = [CPU_CLOCK]
 
-# Processes per time_ result (asv `rounds`; continuous interleaves them across the two
-# commits). Measured on this project's 2-vCPU VMs: each vCPU has episodes of 0.25-3 s,
-# independently, in which all code runs 1.7-2.0x slower (a 12 us Python loop included:
-# the host shares the core; CPU time counts it too), and a benchmark process's samples
-# all fall in one machine state, so only the number of processes averages it out. With
-# asv's default 2 rounds one slow process moved a median by 1.3-3x. 6 keeps the trainer
-# and throughput benchmarks within -f 1.2 on an unchanged tree; the microsecond Overhead
-# ones still swing up to 2x (README, "Noise"). `-a rounds=2` for a quick look.
-ROUNDS = 6
+# One sample per benchmark process, in 8 processes (asv `rounds`; `asv continuous`
+# interleaves them across the two commits).
+#
+# Measured on this project's 2-vCPU VMs: each vCPU has episodes of 0.25-3 s,
+# independently, in which all code runs 1.6-2.0x slower (a 12 us Python loop included:
+# the host shares the core; CPU time counts it too). A benchmark process lasts well under
+# a second, so all its samples fall in one machine state: they are not independent, and
+# asv's Mann-Whitney test (p < 0.002) over 6 processes x 3-5 samples declared "significant"
+# differences whenever 2-3 of one commit's processes were slow (12 of 132 benchmarks
+# flagged on an unchanged tree). With one sample per process the samples are independent
+# and identically distributed when the code is the same, so the test's false-alarm rate
+# is what it says. With 6 rounds p < 0.002 is out of reach, with 7 it takes at most one
+# inversion between the two commits' samples, with 8 up to four (tests/test_asv_guard.py).
+# `-a rounds=2` for a quick look (asv then falls back on non-overlapping confidence
+# intervals, which two samples rarely give).
+ROUNDS = 8
+# A time_ sample is the mean of enough calls to process about this many elements (~10 ms
+# of work; 1 call at 1e6 and 16.8M, 419 at 1e4): one call of 10,000 elements is a few us.
+SAMPLE_ELEMENTS = 1 << 22
+
+
+def calls_per_sample(size: int) -> int:
+    return max(1, SAMPLE_ELEMENTS // size)
 
 
 def use_clock(backend: str):
@@ -247,13 +338,3 @@ def best_of(fn, repeats: int, timer=CPU_CLOCK) -> float:
         fn()
         best = min(best, timer() - t0)
     return best
-
-
-def ratio_to(fn, ref, rounds: int = 5, repeats: int = 3, timer=CPU_CLOCK) -> float:
-    """``best time of fn / best time of ref``, interleaved in rounds so a burst of
-    load elsewhere on the machine hits both sides alike."""
-    tf = tr = float("inf")
-    for _ in range(rounds):
-        tf = min(tf, best_of(fn, repeats, timer))
-        tr = min(tr, best_of(ref, repeats, timer))
-    return tf / tr
