@@ -56,3 +56,39 @@ def test_cli_info_lists_every_activation():
     info = json.loads(r.stdout)
     assert set(info["activations"]) == set(iglu_np.ACTIVATIONS)
     assert info["backends"]["cpu"]["usable"] is True
+
+
+def test_cache_dir_probe_survives_concurrent_starts(tmp_path, monkeypatch):
+    # Processes (threads here) starting together must all get the configured cache
+    # directory: with one shared probe file name, one could delete another's probe and
+    # send it to a cold fallback directory (fails with that name within a few rounds).
+    import threading
+
+    from iglu_np.backends import cpu
+
+    monkeypatch.setenv("IGLU_NP_CACHE_DIR", str(tmp_path))
+    saved = cpu._state.pop("dir", None)
+    try:
+        for _ in range(30):
+            got, errs = [], []
+            barrier = threading.Barrier(12)
+
+            def start():
+                barrier.wait()
+                try:
+                    cpu._state.pop("dir", None)
+                    got.append(cpu._gen_dir())
+                except Exception as e:  # noqa: BLE001
+                    errs.append(e)
+
+            ts = [threading.Thread(target=start) for _ in range(12)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            assert not errs
+            assert set(got) == {tmp_path / "cpu"}
+    finally:
+        cpu._state.pop("dir", None)
+        if saved is not None:
+            cpu._state["dir"] = saved

@@ -93,7 +93,10 @@ def _gen_dir() -> Path:
         try:
             c = c / "cpu"
             c.mkdir(parents=True, exist_ok=True)
-            probe = c / ".write-probe"
+            # A per-process probe name: with one shared name, two processes starting
+            # together could each delete the other's probe, and the loser would fall
+            # back to another (cold) cache directory.
+            probe = c / f".write-probe-{os.getpid()}-{threading.get_ident()}"
             probe.write_text("ok")
             probe.unlink()
             _state["dir"] = c
