@@ -188,3 +188,20 @@ def test_trainer_skips_or_runs():
         pytest.skip("iglu_np.nn not importable at this commit")
     loss = t.step(0)
     assert np.isfinite(float(np.asarray(loss.data)))
+
+
+def test_setup_warms_past_the_tiered_dispatch(monkeypatch):
+    """Small inputs run through the ufunc for the first calls and then switch to a
+    compiled loop: setup must get past that switch, or its ~20 ms load is timed."""
+    act = iglu_np.get(ACT)
+
+    def fresh_setup():
+        act._plans.clear()
+        act._calls.clear()
+        _common._memo.clear()
+        bench_activations.Overhead().setup(ACT, "5 elements", "forward")
+        return any(k.startswith("fwd") for k in act._plans)
+
+    assert fresh_setup()
+    monkeypatch.setattr(_common, "WARM_CALLS", 1)  # what setup did before: one call
+    assert not fresh_setup()

@@ -225,6 +225,28 @@ class Device:
             self.sync = lambda: cupy.cuda.get_current_stream().synchronize()
 
 
+def _warm_calls() -> int:
+    try:
+        from iglu_np.backends import cpu_fast
+        return 2 * int(cpu_fast.WARM_CALLS) + 1
+    except (ImportError, AttributeError, ValueError):
+        return 20
+
+
+# Warm-up calls that reach the steady state. iglu_np runs the first calls of a kind on a
+# small input (< 2048 elements) through its ufunc and only then loads a compiled loop
+# (cpu_fast.WARM_CALLS = 8): with a one-call warm-up that ~20 ms load landed in the first
+# timed sample (a 5-element forward measured 180 us instead of 2.5; the trainer 2x slow).
+WARM_CALLS = _warm_calls()
+
+
+def warm_up(fn, size: int = 1):
+    """Call ``fn`` until timing it measures the steady state: once from 65,536 elements
+    (compiled or loaded then), :data:`WARM_CALLS` times below (cheap there)."""
+    for _ in range(WARM_CALLS if size < 65_536 else 1):
+        fn()
+
+
 def _prewarm():
     """Load Numba and the kernels once, in the process that asv forks from.
 
@@ -257,11 +279,12 @@ def _prewarm():
         try:
             act = iglu_np.get(name)
             for x in (0.75, *(np.linspace(-2, 2, 5, dtype=dt) for dt in DTYPES)):
-                act(x)
-                act.dx(x)
-                act.backward(x, x)
-                if act.param_names:
-                    act.backward_params(x, x)
+                for _ in range(WARM_CALLS):  # past the ufunc tier: the loops load too
+                    act(x)
+                    act.dx(x)
+                    act.backward(x, x)
+                    if act.param_names:
+                        act.backward_params(x, x)
         except Exception:  # noqa: BLE001
             pass
 

@@ -18,7 +18,7 @@ import numpy as np
 from ._common import (
     CPU_BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, ROUNDS, SIZES, SMALL_SIZES, TRACK_SIZE,
     Device, best_of, calls_per_sample, check_coverage, clock, get_act, gpu_twin, make_grad, make_x,
-    memo, registry_driven, use_clock,
+    memo, registry_driven, use_clock, warm_up,
 )
 
 _WARM = 64  # elements in a warm-up call: compiles every loop without touching big memory
@@ -60,13 +60,13 @@ class _Throughput:
         self.kw = {} if backend == "cpu" else {"backend": backend}
         self.call = self._bind()
         try:
-            self.run()  # warm-up: JIT compile, device context, first touch of out
+            warm_up(self.run, size)  # JIT compile, device context, first touch of out
         except TypeError:
             if self.out is None:
                 raise
             self.out = None  # a backend without out= support: time the allocating call
             self.call = self._bind()
-            self.run()
+            warm_up(self.run, size)
         return act, dev, self.call
 
     def _bind(self):
@@ -171,7 +171,7 @@ class Overhead:
             "backward": lambda: act.backward(x, g),
             "backward_params": lambda: act.backward_params(x, g),
         }[op]
-        call()
+        warm_up(call)
         return call
 
     def time_overhead(self, name, inp, op):
@@ -306,7 +306,7 @@ class CopyRatio:
             g = make_grad(dtype, LARGE)
             fn = lambda: act.backward(x, g, out=out)  # noqa: E731
             ref = lambda: np.add(x, g, out=out)  # noqa: E731
-        fn()
+        warm_up(fn, LARGE)
         return fn, best_of(ref, 3)
 
     def time_copy_ratio(self, name, op, dtype):

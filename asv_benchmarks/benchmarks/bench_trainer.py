@@ -15,6 +15,7 @@ import numpy as np
 
 from ._common import (
     CPU_CLOCK, NAMES, ROUNDS, SEED, check_coverage, get_act, memo, registry_driven,
+    warm_up,
 )
 
 try:
@@ -65,7 +66,7 @@ class Trainer:
         self.model = MLP(N_FEATURES, HIDDEN, N_CLASSES, activation=act.name, learnable=True,
                          rng=SEED)
         self.opt = Adam(self.model.parameters(), lr=1e-3)
-        self.step(0)  # warm-up: compiles every kernel kind the step uses
+        warm_up(lambda: self.step(0))  # compiles/loads every kernel kind the step uses
         return self.ad, self.X, self.y, self.model, self.opt
 
     def step(self, start):
