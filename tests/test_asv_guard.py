@@ -29,8 +29,11 @@ def test_every_registered_activation_has_every_benchmark():
 def test_grids_are_the_registry():
     names = tuple(sorted(iglu_np.ACTIVATIONS))
     assert _common.NAMES == names
+    with_params = tuple(n for n in names if iglu_np.get(n).param_names)
+    assert _common.PARAM_NAMES == with_params and 0 < len(with_params) < len(names)
     for cls in _common.REGISTRY_DRIVEN:
-        assert tuple(cls.params[0]) == names, cls.__name__
+        expect = with_params if cls.aspects == ("backward_params",) else names
+        assert tuple(cls.params[0]) == expect, cls.__name__
         assert cls.param_names[0] == "activation", cls.__name__
         assert len(cls.params) == len(cls.param_names), cls.__name__
 
@@ -38,6 +41,13 @@ def test_grids_are_the_registry():
 def test_guard_reports_an_unbenchmarked_activation():
     gaps = _common.coverage_gaps(names=[*iglu_np.ACTIVATIONS, "not_benchmarked"])
     assert gaps == {"not_benchmarked": list(_common.ASPECTS)}
+    # parameter gradients are required of the activations with parameters, only of them
+    bp = bench_activations.BackwardParams
+    without_iglu = type("BP", (), {"params": (tuple(n for n in bp.params[0] if n != "iglu"),),
+                                         "aspects": bp.aspects})
+    classes = [without_iglu if c is bp else c for c in _common.REGISTRY_DRIVEN]
+    assert _common.coverage_gaps(classes=classes) == {"iglu": ["backward_params"]}
+    assert "relu" not in bp.params[0] and not iglu_np.get("relu").param_names
     without_forward = [c for c in _common.REGISTRY_DRIVEN if c is not bench_activations.Forward]
     with pytest.raises(RuntimeError, match="forward"):
         _common.check_coverage(classes=without_forward)

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from ._common import (
-    CPU_BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, ROUNDS, SIZES, SMALL_SIZES, TRACK_SIZE,
+    CPU_BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, PARAM_NAMES, ROUNDS, SIZES, TRACK_SIZE,
     Device, best_of, calls_per_sample, check_coverage, clock, get_act, gpu_twin, make_grad, make_x,
     memo, registry_driven, use_clock, warm_up,
 )
@@ -107,7 +107,7 @@ class Backward(_Throughput):
 
 @registry_driven("dx")
 class Dx(_Throughput):
-    params = (NAMES, DTYPES, SMALL_SIZES, CPU_BACKENDS)
+    params = (NAMES, DTYPES, SIZES, CPU_BACKENDS)
     kind = "dx"
 
     def time_dx(self, name, dtype, size, backend):
@@ -116,9 +116,9 @@ class Dx(_Throughput):
 
 @registry_driven("backward_params")
 class BackwardParams(_Throughput):
-    """Gradients summed to each parameter's shape (skipped for parameter-free ones)."""
+    """Gradients summed to each parameter's shape (activations with parameters)."""
 
-    params = (NAMES, DTYPES, SMALL_SIZES, CPU_BACKENDS)
+    params = (PARAM_NAMES, DTYPES, SIZES, CPU_BACKENDS)
     kind = "backward_params"
 
     def time_backward_params(self, name, dtype, size, backend):
