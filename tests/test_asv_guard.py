@@ -3,6 +3,7 @@ helpers work. Cheap: imports the benchmark modules and runs a few tiny benchmark
 directly (asv itself is not needed)."""
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -215,3 +216,18 @@ def test_setup_warms_past_the_tiered_dispatch(monkeypatch):
     assert fresh_setup()
     monkeypatch.setattr(_common, "WARM_CALLS", 1)  # what setup did before: one call
     assert not fresh_setup()
+
+
+def test_multithreaded_calls_are_timed_in_wall_time():
+    """Process CPU time takes a worker thread's share only at a switch or a tick: at the
+    sizes that run on all threads the throughput benchmarks must use wall time."""
+    b = bench_activations.Forward()
+    small, big = 10_000, _common.PARALLEL_THRESHOLD
+    assert small < big <= 1_000_000
+    b.setup(ACT, "float32", small, "cpu")
+    assert _common._clock_now[0] is _common.CPU_CLOCK
+    b.setup(ACT, "float32", 1_000_000, "cpu")
+    assert _common._clock_now[0] is time.perf_counter
+    _common.use_clock("cupy", small)
+    assert _common._clock_now[0] is time.perf_counter
+    _common.use_clock("cpu", small)

@@ -298,16 +298,32 @@ _prewarm()
 
 
 # --------------------------------------------------------------------------- timing
-# On a shared machine (other jobs, more runnable threads than cores) wall time mostly
-# measures how often the benchmark was descheduled: asv continuous flagged 1.6-2.9x
-# "regressions" between two builds of identical code. Process CPU time (all threads,
-# user + sys) does not count time spent waiting for a core, so host-side benchmarks use
-# it by default: for a multi-threaded (prange) kernel it is the total CPU work, not the
-# elapsed time. IGLU_ASV_CLOCK=wall switches to wall time on a quiet, dedicated machine
-# (keep one choice per machine: asv compares results of the same machine only).
-# GPU benchmarks always use wall time (the host mostly waits for the device).
+# Single-threaded host code is timed in process CPU time: it does not count time spent
+# waiting for a core while another job runs (wall time flagged 1.6-2.9x "regressions"
+# between two builds of identical code on a shared machine). IGLU_ASV_CLOCK=wall
+# switches to wall time (keep one choice per machine: asv compares results of the same
+# machine only).
 CPU_CLOCK = time.perf_counter if os.environ.get("IGLU_ASV_CLOCK") == "wall" else time.process_time
 _clock_now = [CPU_CLOCK]
+
+
+def _parallel_threshold() -> int:
+    try:
+        from iglu_np.backends import cpu_fast
+        return int(cpu_fast.THRESHOLD)
+    except (ImportError, AttributeError, ValueError):
+        return 1 << 16
+
+
+# Calls of this many elements or more run on all Numba threads, and those are timed in
+# wall time (so are the GPU's: the host mostly waits for the device). Linux adds a
+# running thread's CPU time to the process clock only when that thread is switched or
+# at a scheduler tick (4 ms), so the worker thread's share of a 0.2 ms call lands in
+# lumps: per process, one sample of relu dx at 1e6 (float32) measured 141-2051 us in
+# process CPU time and 214-304 us in wall time, and an unchanged tree's `asv continuous`
+# flagged that benchmark 3.55x slower. At 16.8M the spread was 8.6-13.6 ms (CPU) against
+# 4.7-6.3 ms (wall).
+PARALLEL_THRESHOLD = _parallel_threshold()
 
 # One sample per benchmark process, in 8 processes (asv `rounds`; `asv continuous`
 # interleaves them across the two commits).
@@ -334,8 +350,10 @@ def calls_per_sample(size: int) -> int:
     return max(1, SAMPLE_ELEMENTS // size)
 
 
-def use_clock(backend: str):
-    _clock_now[0] = CPU_CLOCK if backend == "cpu" else time.perf_counter
+def use_clock(backend: str, size: int = 0):
+    """CPU time for a single-threaded host call, wall time for a multi-threaded or GPU one."""
+    host_serial = backend == "cpu" and size < PARALLEL_THRESHOLD
+    _clock_now[0] = CPU_CLOCK if host_serial else time.perf_counter
 
 
 def clock() -> float:

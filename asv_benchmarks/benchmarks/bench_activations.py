@@ -33,11 +33,11 @@ class _Throughput:
     repeat = 1
     warmup_time = 0.0
     timeout = 300.0  # a cold numba cache compiles every kernel kind in setup
-    timer = staticmethod(clock)  # CPU time on the host, wall time on a GPU (see _common)
+    timer = staticmethod(clock)  # CPU time for one host thread, else wall (see _common.use_clock)
     kind = None  # "fwd", "dx", "bwd" or "backward_params"
 
     def setup(self, name, dtype, size, backend):
-        use_clock(backend)
+        use_clock(backend, size)
         state = memo((type(self).__name__, name, dtype, size, backend),
                      lambda: self._build(name, dtype, size, backend))
         self.act, self.dev, self.call = state
