@@ -319,10 +319,9 @@ def _parallel_threshold() -> int:
 # wall time (so are the GPU's: the host mostly waits for the device). Linux adds a
 # running thread's CPU time to the process clock only when that thread is switched or
 # at a scheduler tick (4 ms), so the worker thread's share of a 0.2 ms call lands in
-# lumps: per process, one sample of relu dx at 1e6 (float32) measured 141-2051 us in
-# process CPU time and 214-304 us in wall time, and an unchanged tree's `asv continuous`
-# flagged that benchmark 3.55x slower. At 16.8M the spread was 8.6-13.6 ms (CPU) against
-# 4.7-6.3 ms (wall).
+# lumps: relu dx at 1e6 (float32), one sample in each of 12 processes, measured
+# 216-842 us in process CPU time and 214-304 us in wall time (8.6-13.6 ms against
+# 4.7-6.3 ms at 16.8M), and an unchanged tree's `asv continuous` flagged it 3.55x slower.
 PARALLEL_THRESHOLD = _parallel_threshold()
 
 # One sample per benchmark process, in 8 processes (asv `rounds`; `asv continuous`
