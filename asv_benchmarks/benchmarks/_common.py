@@ -230,12 +230,18 @@ class Device:
             self.sync = lambda: cupy.cuda.get_current_stream().synchronize()
 
 
-def _warm_calls() -> int:
+def _cpu_fast_setting(attr: str, default: int) -> int:
+    """An integer setting of iglu_np's CPU fast path, or ``default`` at a commit without it."""
     try:
         from iglu_np.backends import cpu_fast
-        return 2 * int(cpu_fast.WARM_CALLS) + 1
+        return int(getattr(cpu_fast, attr))
     except (ImportError, AttributeError, ValueError):
-        return 20
+        return default
+
+
+def _warm_calls() -> int:
+    n = _cpu_fast_setting("WARM_CALLS", -1)
+    return 2 * n + 1 if n >= 0 else 20
 
 
 # Warm-up calls that reach the steady state. iglu_np runs the first calls of a kind on a
@@ -307,14 +313,6 @@ CPU_CLOCK = time.perf_counter if os.environ.get("IGLU_ASV_CLOCK") == "wall" else
 _clock_now = [CPU_CLOCK]
 
 
-def _parallel_threshold() -> int:
-    try:
-        from iglu_np.backends import cpu_fast
-        return int(cpu_fast.THRESHOLD)
-    except (ImportError, AttributeError, ValueError):
-        return 1 << 16
-
-
 # Calls of this many elements or more run on all Numba threads, and those are timed in
 # wall time (so are the GPU's: the host mostly waits for the device). Linux adds a
 # running thread's CPU time to the process clock only when that thread is switched or
@@ -322,7 +320,7 @@ def _parallel_threshold() -> int:
 # lumps: relu dx at 1e6 (float32), one sample in each of 12 processes, measured
 # 216-842 us in process CPU time and 214-304 us in wall time (8.6-13.6 ms against
 # 4.7-6.3 ms at 16.8M), and an unchanged tree's `asv continuous` flagged it 3.55x slower.
-PARALLEL_THRESHOLD = _parallel_threshold()
+PARALLEL_THRESHOLD = _cpu_fast_setting("THRESHOLD", 1 << 16)
 
 # One sample per benchmark process, in 8 processes (asv `rounds`; `asv continuous`
 # interleaves them across the two commits).
@@ -341,7 +339,7 @@ PARALLEL_THRESHOLD = _parallel_threshold()
 # intervals, which two samples rarely give).
 ROUNDS = 8
 # A time_ sample is the mean of enough calls to process about this many elements (~10 ms
-# of work; 1 call at 1e6 and 16.8M, 419 at 1e4): one call of 10,000 elements is a few us.
+# of work; 419 calls at 1e4, 4 at 1e6, 1 at 16.8M): one call of 10,000 elements is a few us.
 SAMPLE_ELEMENTS = 1 << 22
 
 
