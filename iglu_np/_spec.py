@@ -4,7 +4,8 @@ An activation is declared once, in a small module under ``iglu_np/activations``,
 :func:`define`. The declaration holds
 
 * scalar kernels written in plain Python (``f``, ``dx`` and one per parameter) that the
-  backends compile: Numba ufuncs on the CPU, Numba CUDA device functions on the GPU.
+  backends compile: Numba ufuncs on the CPU, Numba CUDA device functions on the GPU, and
+  C++ translated from them for CuPy (:mod:`iglu_np.backends.cxx_gen`).
   They use ``math`` and the helpers of :mod:`iglu_np._math` imported *by name*, and the
   ``T = type(x)`` idiom so float32 arithmetic stays float32;
 * the parameters with defaults, domains and test values;
@@ -116,10 +117,8 @@ class ActivationSpec:
     references: tuple = ()
     x_range: tuple = (-1e6, 1e6)
     tolerances: Mapping = field(default_factory=dict)
-    cxx: str = ""
     example: str = ""
     monotonic: bool = False
-    extra: Mapping = field(default_factory=dict)
 
     @property
     def param_names(self) -> tuple:
@@ -167,10 +166,8 @@ def define(
     references: Sequence = (),
     x_range: tuple = (-1e6, 1e6),
     tolerances: Mapping | None = None,
-    cxx: str = "",
     example: str = "",
     monotonic: bool = False,
-    **extra,
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -218,10 +215,8 @@ def define(
         references=tuple(references),
         x_range=x_range,
         tolerances=MappingProxyType(dict(tolerances or {})),
-        cxx=cxx,
         example=example,
         monotonic=bool(monotonic),
-        extra=MappingProxyType(extra),
     )
     _REGISTRY[name] = spec
     return spec

@@ -69,7 +69,8 @@ def nvrtc_compile(source: str, cc=(9, 0), name="iglu_np_test.cu", options=()):
     from cuda.bindings import nvrtc
 
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
-    opts = [f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(), b"--std=c++17"]
+    # the options CuPy compiles with (no FMA contraction, no flush to zero: see cxx.py)
+    opts = [f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(), *(o.encode() for o in cxx.NVRTC_OPTIONS)]
     inc = cuda_include_dir()
     if inc:
         opts.append(f"--include-path={inc}".encode())
@@ -181,6 +182,8 @@ def ptx_stats(ptx: str, entry: str | None = None) -> dict:
         "local": sum(".local" in o for o in ops) + ptx.count(".local "),
         "mufu": sum(o.split(".")[0] in ("ex2", "lg2", "rcp", "rsqrt", "sqrt", "sin", "cos", "tanh") and "approx" in o for o in ops),
         "div": sum(o.startswith("div") for o in ops),
+        "ftz": sum(".ftz" in o for o in ops),
+        "fma": sum(o.startswith("fma") for o in ops),
     }
 
 
@@ -358,11 +361,19 @@ def ulp_diff(a, b) -> np.ndarray:
 
 
 def sweep_points(dtype) -> np.ndarray:
-    """Log-spaced +-[1e-30, 1e6], +-0, +-inf, nan, and the branch edges near |x| = 1."""
+    """Log-spaced +-[1e-30, 1e6], +-0, +-inf, nan, the branch edges near |x| = 1, the tails
+    where exp-gated values become subnormal and then zero (|x| from 1 to 800, densely:
+    float32 underflows near 87-104, float64 near 708-745), the dtype's largest values and
+    subnormal inputs."""
     dt = np.dtype(dtype)
+    fi = np.finfo(dt)
     mags = np.logspace(-30, 6, 2001)
     near = np.array([0.25, 0.5, 0.999, 1.0, 1.001, 2.0, 3.19, 4.0])
-    pts = np.concatenate([mags, -mags, near, -near, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    tails = np.concatenate([np.linspace(1.0, 120.0, 1191), np.linspace(120.0, 800.0, 681)])
+    edges = np.array([float(fi.max), 0.75 * float(fi.max), 0.5 * float(fi.max), float(fi.tiny),
+                      float(fi.tiny) / 2, float(fi.smallest_subnormal)])
+    pts = np.concatenate([mags, -mags, near, -near, tails, -tails, edges, -edges,
+                          [0.0, -0.0, np.inf, -np.inf, np.nan]])
     with np.errstate(under="ignore"):
         return pts.astype(dt)
 

@@ -7,7 +7,6 @@ reuses IGLU's kernels (reflected gate for x << 0, cancellation-free tail derivat
 import math
 
 from .._spec import Param, define, kernel
-from . import iglu as _iglu
 from .iglu import iglu_dx, iglu_f
 
 _PAPER = "Huang, Expanded Gating Ranges Improve Activation Functions, arXiv:2405.20768"
@@ -26,39 +25,6 @@ def atlu_dx(x):
     return iglu_dx(x, T(1.0))
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation (the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh). ATLU calls IGLU's C++ as the
-# Python calls IGLU's kernels, so the source is iglu's _CXX followed by this one.
-_ATLU_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T atlu_fwd(T x) { return iglu_fwd(x, T(1)); }
-
-template <class T> IGLU_NP_HOST_DEVICE T atlu_dx(T x) { return iglu_dx(x, T(1)); }
-
-template <class T> IGLU_NP_HOST_DEVICE T xatlu_fwd(T x, T alpha) {
-  const T c = T(1) + T(2) * alpha;
-  // Both sides and a select, as in Python. x < 0: (1+2a) ATLU(x) - a x: ATLU's reflected
-  // gate and finite limit at -inf.
-  T rn = c * atlu_fwd(x);
-  rn = (alpha != T(0)) ? rn - alpha * x : rn;
-  const T rp = x * (T(0.5) + c * (atan(x) / T(IGLU_NP_PI)));  // non-negative terms for x >= 0
-  return (x < T(0)) ? rn : rp;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xatlu_dx(T x, T alpha) {
-  const T c = T(1) + T(2) * alpha;
-  return c * atlu_dx(x) - alpha;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xatlu_dalpha(T x, T) {
-  return (x * atan(x)) * T(@TWO_OVER_PI@);  // x (2Z - 1) >= 0
-}
-
-}  // namespace iglu_np
-""".replace("@TWO_OVER_PI@", repr(2.0 / math.pi))
-_CXX = _iglu._CXX + _ATLU_CXX
 
 
 def _ref_gate(mp, x):
@@ -100,7 +66,6 @@ define(
         "in float32 too."
     ),
     references=(_PAPER,),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.atlu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.25,  0.  ,  0.75])\n"
         ">>> float(iglu_np.atlu(-np.inf))  # -1/pi\n-0.3183098861837907"
@@ -216,7 +181,6 @@ define(
         if p["alpha"] > 0 else None,
     ),
     references=(_PAPER, _CODE),
-    cxx=_CXX,
     example=(
         ">>> x = np.array([-2.0, 0.0, 1.0])\n"
         ">>> iglu_np.xatlu(x, alpha=0.5).round(6)\narray([0.409666, 0.      , 1.      ])\n"

@@ -165,128 +165,6 @@ def selu_dx(x):
     return p + (r + e * lo)
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation; the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh. Coefficients and constants come
-# from the Python values above (repr), so both languages use the same doubles; is_f32 is
-# sizeof(T) == 4.
-_CXX = r"""
-namespace iglu_np {
-
-#ifndef IGLU_NP_DEVICE_COMPILE
-using std::isinf;
-#endif
-
-template <class T> IGLU_NP_HOST_DEVICE T elu_fwd(T x, T alpha) {
-  if (x > T(0)) return x;
-  return alpha * expm1(x);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T elu_dx(T x, T alpha) {
-  if (x > T(0)) return T(1);
-  return alpha * exp(x);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T elu_dalpha(T x, T) {
-  if (x > T(0)) return T(0);
-  return expm1(x);
-}
-
-// x/a as a dw pair with the exact Dekker remainder (elu._div_dw).
-template <class T> IGLU_NP_HOST_DEVICE dw<T> celu_div_dw(T x, T a) {
-  const T q = x / a;
-  dw<T> r = {q, T(0)};
-  if (!(fabs(q) < T(IGLU_NP_BIG))) return r;  // inf, or a huge tail
-  const dw<T> pe = two_prod(q, a);
-  r.lo = ((x - pe.hi) - pe.lo) / a;
-  return r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T celu_fwd(T x, T alpha) {
-  if (x >= T(0)) return x;  // keeps celu(-0.0) = -0.0
-  const dw<T> q = celu_div_dw(x, alpha);
-  const T m = expm1(q.hi);
-  if (m == T(-1)) return -alpha;  // also x = -inf, where the correction is 0 * inf
-  return alpha * (m + (T(1) + m) * q.lo);  // expm1(q + ql) = m + e^q ql
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T celu_dx(T x, T alpha) {
-  if (x > T(0)) return T(1);
-  const dw<T> q = celu_div_dw(x, alpha);
-  return exp_dw(q.hi, q.lo);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T celu_dalpha(T x, T alpha) {
-  if (x > T(0)) return T(0);
-  const dw<T> q = celu_div_dw(x, alpha);
-  if (q.hi >= T(-2)) {
-    // expm1(q) - q e^q ~ -q^2/2 cancels: q^2 P(q + 1) instead.
-    const dw<T> s = two_prod(q.hi, q.hi);
-    const T q2 = s.hi + (s.lo + T(2) * q.hi * q.lo);
-    T p;
-    if (sizeof(T) == 4) {
-      p = horner(q.hi + T(1), @CELU_DALPHA_32@);
-    } else {
-      p = horner(q.hi + T(1), @CELU_DALPHA_64@);
-    }
-    return q2 * p;
-  }
-  const T m = expm1(q.hi);
-  const T e = exp(q.hi);
-  if (e == T(0)) return m;  // q e^q -> 0, but -inf * 0 would be NaN
-  return m - (q.hi * e) * (T(1) + q.lo);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T selu_fwd(T x) {
-  // One product lambda*v for both signs, v = x or expm1(x), and selects (as in Python).
-  const bool pos = x > T(0);
-  T hi, lo;
-  if (sizeof(T) == 4) {
-    hi = pos ? T(@SELU_L_HI32@) : T(@SELU_LA_HI32@);
-    lo = pos ? T(@SELU_L_LO32@) : T(@SELU_LA_LO32@);
-  } else {
-    hi = pos ? T(@SELU_L_HI64@) : T(@SELU_LA_HI64@);
-    lo = pos ? T(@SELU_L_LO64@) : T(@SELU_LA_LO64@);
-  }
-  const T m = expm1(pos ? T(0) : x);
-  const T v = pos ? x : m;
-  const dw<T> p = two_prod(v, hi);
-  const T r = p.hi + (p.lo + v * lo);
-  // x = 0: the product's low part is +0 and would turn -0 into +0; x = +inf: x.
-  return (x == T(0) || (pos && isinf(x))) ? x : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T selu_dx(T x) {
-  if (x > T(0)) {
-    if (sizeof(T) == 4) return T(@SELU_L_HI32@);
-    return T(@SELU_L_HI64@);
-  }
-  T hi, lo;
-  if (sizeof(T) == 4) {
-    hi = T(@SELU_LA_HI32@);
-    lo = T(@SELU_LA_LO32@);
-  } else {
-    hi = T(@SELU_LA_HI64@);
-    lo = T(@SELU_LA_LO64@);
-  }
-  const T e = exp(x);
-  const dw<T> p = two_prod(e, hi);
-  return p.hi + (p.lo + e * lo);
-}
-
-}  // namespace iglu_np
-"""
-for _k, _v in {
-    "CELU_DALPHA_32": ", ".join(map(repr, CELU_DALPHA_32)),
-    "CELU_DALPHA_64": ", ".join(map(repr, CELU_DALPHA_64)),
-    "SELU_L_HI32": repr(SELU_L_HI32), "SELU_L_LO32": repr(SELU_L_LO32),
-    "SELU_L_HI64": repr(SELU_L_HI64), "SELU_L_LO64": repr(SELU_L_LO64),
-    "SELU_LA_HI32": repr(SELU_LA_HI32), "SELU_LA_LO32": repr(SELU_LA_LO32),
-    "SELU_LA_HI64": repr(SELU_LA_HI64), "SELU_LA_LO64": repr(SELU_LA_LO64),
-}.items():
-    _CXX = _CXX.replace("@" + _k + "@", _v)
-del _k, _v
-
 
 # --------------------------------------------------------------------------- references
 def _ref_elu(mp, x, a):
@@ -372,7 +250,6 @@ define(
     ),
     references=("Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by "
                 "Exponential Linear Units (ELUs), arXiv:1511.07289",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.elu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.632121,  0.      ,  1.      ])\n"
         ">>> iglu_np.elu.dx(np.array([0.0]), alpha=2.0)  # PyTorch's kink convention\narray([2.])"
@@ -408,7 +285,6 @@ define(
         "celu'(0) = 1 from both sides."
     ),
     references=("Barron, Continuously Differentiable Exponential Linear Units, arXiv:1704.07483",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.celu(np.array([-1.0, 0.0, 1.0]), alpha=2.0).round(6)\n"
         "array([-0.786939,  0.      ,  1.      ])\n"
@@ -443,7 +319,6 @@ define(
     ),
     references=("Klambauer, Unterthiner, Mayr & Hochreiter, Self-Normalizing Neural Networks, "
                 "arXiv:1706.02515",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.selu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-1.111331,  0.      ,  1.050701])\n"
         ">>> iglu_np.selu.dx(np.array([0.0, 1.0])).round(6)\narray([1.758099, 1.050701])"

@@ -441,215 +441,10 @@ def gelu_tanh_dx(x):
     return sig + (x * d) * q
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation (the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh). Every @NAME@ below is replaced by
-# the repr of this module's constant or coefficient tuple, so both languages use the same
-# doubles.
-_CXX_TEMPLATE = r"""
-namespace iglu_np {
-
-// _two_sum: a + b = s + e exactly (Knuth; no ordering assumption).
-template <class T> IGLU_NP_HOST_DEVICE dw<T> gelu_two_sum(T a, T b) {
-  const T s = a + b;
-  const T bb = s - a;
-  dw<T> r = {s, (a - (s - bb)) + (b - bb)};
-  return r;
-}
-
-// _npdf_dw: phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair.
-template <class T> IGLU_NP_HOST_DEVICE T gelu_npdf_dw(T t_hi, T t_lo) {
-  T l_hi, l_lo;
-  if (is_f32(t_hi)) {
-    l_hi = T(@LN_32H@);
-    l_lo = T(@LN_32L@);
-  } else {
-    l_hi = T(@LN_64H@);
-    l_lo = T(@LN_64L@);
-  }
-  const bool under = fabs(t_hi) > T(64);  // underflowed; NaN fails the test and propagates
-  t_hi = under ? T(64) : t_hi;            // keeps t^2 finite in the discarded case
-  t_lo = under ? T(0) : t_lo;
-  const dw<T> se = two_prod(t_hi, t_hi);
-  const T e = se.lo + T(2) * t_hi * t_lo;
-  // The normalising constant goes into the exponent: one rounding fewer than exp()*c.
-  const dw<T> yf = gelu_two_sum(T(-0.5) * se.hi, -l_hi);
-  const T f = yf.lo + (T(-0.5) * e - l_lo);
-  T r = exp(yf.hi);
-  r = r + r * f;
-  return under ? T(0) : r;
-}
-
-// _mills_s: S = a M(a) for a >= 4, a polynomial in 1/a^2.
-template <class T> IGLU_NP_HOST_DEVICE T gelu_mills_s(T a) {
-  const T v = T(1) / (a * a) - T(0.03125);
-  if (is_f32(a)) return horner(v, @GELU_S_32@);
-  return horner(v, @GELU_S_64@);
-}
-
-// _mills_poly: M(a) for 0 <= a < 4 from the polynomial of a's unit piece. Python selects
-// the (zero-padded) coefficients of the piece and runs one Horner sum; the padding adds
-// exact zeros, so these branches compute the same value bit for bit.
-template <class T> IGLU_NP_HOST_DEVICE T gelu_mills_poly(T a) {
-  if (a >= T(3)) {
-    if (is_f32(a)) return horner(a - T(3.5), @GELU_M3_32@);
-    return horner(a - T(3.5), @GELU_M3_64@);
-  }
-  if (a >= T(2)) {
-    if (is_f32(a)) return horner(a - T(2.5), @GELU_M2_32@);
-    return horner(a - T(2.5), @GELU_M2_64@);
-  }
-  if (a >= T(1)) {
-    if (is_f32(a)) return horner(a - T(1.5), @GELU_M1_32@);
-    return horner(a - T(1.5), @GELU_M1_64@);
-  }
-  if (is_f32(a)) return horner(a - T(0.5), @GELU_M0_32@);
-  return horner(a - T(0.5), @GELU_M0_64@);
-}
-
-// _mills_both: M(a) for a >= 0 (pieces below 4, S(a)/a above), with a4 = max(a, 4) and
-// S(a4); NaN stays NaN and is not small.
-template <class T> struct gelu_mills_t { bool small; T m, a4, s; };
-
-template <class T> IGLU_NP_HOST_DEVICE gelu_mills_t<T> gelu_mills_both(T a) {
-  const bool small = a < T(4);
-  const T a4 = small ? T(4) : a;
-  const T s = gelu_mills_s(a4);
-  T m = gelu_mills_poly(small ? a : T(0));
-  m = small ? m : s / a4;
-  gelu_mills_t<T> r = {small, m, a4, s};
-  return r;
-}
-
-// _gelu_core: x Phi(t) with Phi(-|t|) = phi(t) M(|t|); selects like the Python kernel.
-template <class T> IGLU_NP_HOST_DEVICE T gelu_core(T x, T t_hi, T t_lo) {
-  const T ph = gelu_npdf_dw(t_hi, t_lo);
-  const gelu_mills_t<T> ms = gelu_mills_both(fabs(t_hi));
-  // t <= -4: (x/|t|) phi S, one rounding fewer for GELU (x/|t| = -1 exactly).
-  T neg = ms.small ? x * (ph * ms.m) : (x / ms.a4) * (ph * ms.s);
-  neg = (ph == T(0)) ? T(-0.0) : neg;  // x = -inf would give -inf*0; the limit is 0 (from below)
-  const T pos = x * (T(1) - ph * ms.m);  // Phi(-t) <= 1/2: no cancellation
-  return (t_hi < T(0)) ? neg : pos;
-}
-
-// _gelu_dx_core: Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0.
-template <class T> IGLU_NP_HOST_DEVICE T gelu_dx_core(T t_hi, T t_lo) {
-  const T ph = gelu_npdf_dw(t_hi, t_lo);
-  const T a = fabs(t_hi);
-  const gelu_mills_t<T> ms = gelu_mills_both(a);
-  const bool neg = t_hi < T(0);
-  const T r = neg ? ph * (ms.m - a) : T(1) + ph * (a - ms.m);
-  const T lim = neg ? T(0) : T(1);  // |t| = inf (or phi underflowed): the limits 0 and 1
-  return (ph == T(0)) ? lim : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_fwd(T x) { return gelu_core(x, x, T(0)); }
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_dx(T x) { return gelu_dx_core(x, T(0)); }
-
-// _ax: a*x as an exact dw pair; a = 0 gives 0 even at x = +-inf (the gate is then 1/2).
-template <class T> IGLU_NP_HOST_DEVICE dw<T> gelu_ax(T x, T a) {
-  dw<T> t = two_prod(a, x);
-  const bool zero = a == T(0) && isinf(x);
-  t.hi = zero ? T(0) : t.hi;
-  t.lo = zero ? T(0) : t.lo;
-  return t;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_a_fwd(T x, T a) {
-  const dw<T> t = gelu_ax(x, a);
-  return gelu_core(x, t.hi, t.lo);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_a_dx(T x, T a) {
-  const dw<T> t = gelu_ax(x, a);
-  return gelu_dx_core(t.hi, t.lo);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_a_da(T x, T a) {
-  const dw<T> t = gelu_ax(x, a);
-  const T ph = gelu_npdf_dw(t.hi, t.lo);
-  const T r = (x * ph) * x;           // x^2 alone may overflow where x^2 phi does not
-  return (ph == T(0)) ? T(0) : r;  // |x| = inf with a > 0: x^2 phi(ax) -> 0, not inf*0
-}
-
-// _tanh_arg: 2u = k1 x + k3 x^3 as an unnormalised dw pair.
-template <class T> IGLU_NP_HOST_DEVICE dw<T> gelu_tanh_arg(T x) {
-  T k1h, k1l, k3h, k3l;
-  if (is_f32(x)) {
-    k1h = T(@K1_32H@);
-    k1l = T(@K1_32L@);
-    k3h = T(@K3_32H@);
-    k3l = T(@K3_32L@);
-  } else {
-    k1h = T(@K1_64H@);
-    k1l = T(@K1_64L@);
-    k3h = T(@K3_64H@);
-    k3l = T(@K3_64L@);
-  }
-  const dw<T> pe2 = two_prod(x, x);
-  const dw<T> pe3 = two_prod(pe2.hi, x);
-  const T e3 = pe3.lo + pe2.lo * x;
-  const dw<T> qf = two_prod(pe3.hi, k3h);
-  const T f = qf.lo + (pe3.hi * k3l + e3 * k3h);
-  const dw<T> rg = two_prod(x, k1h);
-  const T g = rg.lo + x * k1l;
-  const dw<T> sh = gelu_two_sum(qf.hi, rg.hi);
-  dw<T> r = {sh.hi, sh.lo + (f + g)};
-  return r;
-}
-
-// _tanh_gate: (sigmoid(2u), m = exp(-|2u|), 1/(1 + m)); sigmoid(1 - sigmoid) = m/(1+m)^2.
-template <class T> struct gelu_tanh_gate_t { T sig, m, r; };
-
-template <class T> IGLU_NP_HOST_DEVICE gelu_tanh_gate_t<T> gelu_tanh_gate(T x) {
-  const dw<T> sh = gelu_tanh_arg(x);
-  const T s = sh.hi;
-  const T h = sh.lo;
-  T m = exp(-fabs(s));
-  if (fabs(s) < T(1024)) {  // beyond, m is 0 (and h may be inf/NaN from x^3 overflow)
-    if (s < T(0)) {
-      m = m + m * h;
-    } else {
-      m = m - m * h;
-    }
-  }
-  const T r = T(1) / (T(1) + m);
-  gelu_tanh_gate_t<T> out = {r, m, r};
-  if (s < T(0)) out.sig = m * r;
-  return out;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_tanh_fwd(T x) {
-  const gelu_tanh_gate_t<T> gt = gelu_tanh_gate(x);
-  if (gt.sig == T(0)) return T(-0.0);  // x = -inf: limit 0, not -inf*0
-  return x * gt.sig;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T gelu_tanh_dx(T x) {
-  const gelu_tanh_gate_t<T> gt = gelu_tanh_gate(x);
-  const T q = gt.m * gt.r * gt.r;
-  if (q == T(0)) return gt.sig;  // |x| = inf (or the gate saturated): the second term is 0
-  const T d = T(@K1_64H@) + T(@THREE_K3@) * (x * x);
-  return gt.sig + (x * d) * q;
-}
-
-}  // namespace iglu_np
-"""
 
 
-def _cxx_source(template: str) -> str:
-    import re
-
-    g = globals()
-    def sub(m):
-        v = g[m.group(1)]
-        return ", ".join(map(repr, v)) if isinstance(v, tuple) else repr(v)
-
-    return re.sub(r"@([A-Z0-9_]+)@", sub, template)
 
 
-_CXX = _cxx_source(_CXX_TEMPLATE)
 
 
 # --------------------------------------------------------------------------- references
@@ -764,7 +559,6 @@ define(
         "the larger of its two terms. GELU is smooth: no kink conventions."
     ),
     references=(_HG, _PAPER + ", eq. 4"),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.gelu(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([-0.158655,  0.      ,  0.841345])\n"
@@ -806,7 +600,6 @@ define(
         "d/da = x^2/sqrt(2 pi). The x-derivative crosses zero at x = -0.75179.../a."
     ),
     references=(_PAPER + ", eq. 4", _HG),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.gelu_a(np.array([-1.0, 0.0, 1.0]), a=2.0).round(6)\n"
         "array([-0.02275,  0.     ,  0.97725])"
@@ -840,7 +633,6 @@ define(
         "crosses zero at x = -0.75246142207...; limits 0 at -inf, x at +inf."
     ),
     references=(_HG, "PyTorch torch.nn.GELU(approximate='tanh')"),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.gelu_tanh(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([-0.158808,  0.      ,  0.841192])"

@@ -11,62 +11,6 @@ from .._spec import Param, define, kernel
 _TORCH = "PyTorch torch.nn.functional documentation (hardtanh, hardsigmoid, hardswish)"
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, comparison for comparison
-# (NaN falls through the same tests); conventions in iglu_np/include/iglu_np/iglu_np.cuh.
-_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T hardtanh_fwd(T x, T lo, T hi) {
-  if (x < lo) return lo;  // False for NaN: NaN falls through to x
-  if (x > hi) return hi;
-  return x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardtanh_dx(T x, T lo, T hi) {
-  if (x > lo && x < hi) return T(1);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardtanh_dmin_val(T x, T lo, T) {
-  if (x <= lo) return T(1);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardtanh_dmax_val(T x, T, T hi) {
-  if (x >= hi) return T(1);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardsigmoid_fwd(T x) {
-  T r = (x + T(3)) / T(6);  // x + 3 exact near -3; NaN stays NaN (selects as in Python)
-  r = (x >= T(3)) ? T(1) : r;
-  return (x <= T(-3)) ? T(0) : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardsigmoid_dx(T x) {
-  if (x > T(-3) && x < T(3)) return T(1) / T(6);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardswish_fwd(T x) {
-  T r = x * (x + T(3)) / T(6);  // selects like the Python kernel
-  r = (x >= T(3)) ? x : r;
-  return (x <= T(-3)) ? T(0) : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardswish_dx(T x) {
-  T r = (x + x + T(3)) / T(6);  // (2x + 3)/6: exact numerator near the zero at -1.5
-  r = (x >= T(3)) ? T(1) : r;
-  return (x <= T(-3)) ? T(0) : r;
-}
-
-}  // namespace iglu_np
-"""
 
 
 # --------------------------------------------------------------------------- hardtanh
@@ -166,7 +110,6 @@ define(
     ),
     special_points=(lambda p: p["min_val"], lambda p: p["max_val"]),
     references=(_TORCH,),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.hardtanh(np.array([-3.0, -0.5, 2.0]))\narray([-1. , -0.5,  1. ])\n"
         ">>> iglu_np.hardtanh.dx(np.array([-1.0, 0.0, 1.0]))\narray([0., 1., 0.])"
@@ -212,7 +155,6 @@ define(
     ),
     special_points=(-3.0, 3.0),
     references=("Howard et al., Searching for MobileNetV3, ICCV 2019", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.hardsigmoid(np.array([-4.0, 0.0, 1.5, 3.0]))\n"
         "array([0.  , 0.5 , 0.75, 1.  ])\n"
@@ -265,7 +207,6 @@ define(
     ),
     special_points=(-3.0, -1.5, 3.0),
     references=("Howard et al., Searching for MobileNetV3, ICCV 2019", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.hardswish(np.array([-4.0, -1.5, 0.0, 3.0]))\n"
         "array([ 0.   , -0.375,  0.   ,  3.   ])\n"

@@ -212,139 +212,6 @@ def iglu_approx_dsigma(x, sigma):
     return T(0.5) * m * m
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation; the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh. Coefficients come from the tuples
-# above, so the two languages use the same doubles.
-_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T z_gate_fwd(T x, T sigma) {
-  const T t = sigma * x;
-  if (t < T(0)) return atan(T(-1) / t) / T(IGLU_NP_PI);  // reflected: no cancellation
-  return T(0.5) + atan(t) / T(IGLU_NP_PI);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T z_gate_dx(T x, T sigma) {
-  const T t = sigma * x;
-  if (fabs(t) > T(1)) {
-    const T r = T(1) / t;
-    return (sigma * r) * r / (T(IGLU_NP_PI) * (T(1) + r * r));
-  }
-  return sigma / (T(IGLU_NP_PI) * (T(1) + t * t));
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T z_gate_dsigma(T x, T sigma) {
-  const T t = sigma * x;
-  if (fabs(t) > T(1)) {
-    const T r = T(1) / t;
-    return (r / sigma) / (T(IGLU_NP_PI) * (T(1) + r * r));
-  }
-  return x / (T(IGLU_NP_PI) * (T(1) + t * t));
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_fwd(T x, T sigma) {
-  const T t = sigma * x;
-  if (t < T(0)) {
-    const T u = T(-1) / t;
-    if (u < T(1)) {
-      T ratio = T(1);  // exact limit -1/(pi sigma) at x = -inf
-      if (u > T(0)) ratio = atan(u) / u;
-      return -ratio / (T(IGLU_NP_PI) * sigma);
-    }
-    return x * (atan(u) / T(IGLU_NP_PI));
-  }
-  return x * (T(0.5) + atan(t) / T(IGLU_NP_PI));
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_dx(T x, T sigma) {
-  const T t = sigma * x;
-  if (t < T(0)) {
-    const T u = T(-1) / t;
-    if (u >= T(1)) return (atan(u) - T(1) / (u + T(1) / u)) / T(IGLU_NP_PI);
-    const T v = u * u;  // the two terms cancel to ~2u^3/(3 pi): u^3 P(u^2), no subtraction
-    T p;
-    if (v <= T(0.25)) {
-      p = horner(v, @IGLU_TAIL_LO@);
-    } else {
-      p = horner(v - T(0.625), @IGLU_TAIL_HI@);
-    }
-    return (u * v) * p / T(IGLU_NP_PI);
-  }
-  T q;
-  if (t > T(1)) {
-    q = T(1) / (t + T(1) / t);
-  } else {
-    q = t / (T(1) + t * t);
-  }
-  return T(0.5) + (atan(t) + q) / T(IGLU_NP_PI);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_dsigma(T x, T sigma) {
-  const T t = sigma * x;
-  if (fabs(t) > T(1)) {
-    const T r = T(1) / t;
-    return T(1) / ((T(IGLU_NP_PI) * sigma) * sigma * (T(1) + r * r));
-  }
-  return x * x / (T(IGLU_NP_PI) * (T(1) + t * t));
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T z_approx_fwd(T x, T sigma) {
-  const T t = sigma * x;
-  if (t < T(0)) return T(0.5) / (T(1) - t);
-  return T(1) - T(0.5) / (T(1) + t);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T z_approx_dx(T x, T sigma) {
-  const T w = T(1) / (T(1) + fabs(sigma * x));
-  return (sigma * w) * w * T(0.5);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T z_approx_dsigma(T x, T sigma) {
-  const T w = T(1) / (T(1) + fabs(sigma * x));
-  T xw;
-  if (fabs(x) <= T(1)) {
-    xw = x * w;
-  } else if (x < T(0)) {
-    xw = T(1) / (T(1) / x - sigma);
-  } else {
-    xw = T(1) / (T(1) / x + sigma);
-  }
-  return xw * w * T(0.5);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_approx_fwd(T x, T sigma) {
-  if (fabs(x) > T(1)) {
-    const T q = T(1) / x;  // exact limits at +-inf, no inf/inf
-    if (x < T(0)) return T(0.5) / (q - sigma);
-    return x - T(0.5) / (q + sigma);
-  }
-  const T t = sigma * x;
-  if (t < T(0)) return T(0.5) * x / (T(1) - t);
-  return x - T(0.5) * x / (T(1) + t);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_approx_dx(T x, T sigma) {
-  const T w = T(1) / (T(1) + fabs(sigma * x));
-  const T h = T(0.5) * w * w;
-  if (x < T(0)) return h;
-  return T(1) - h;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T iglu_approx_dsigma(T x, T sigma) {
-  T m;
-  if (fabs(x) > T(1)) {
-    m = T(1) / (T(1) / fabs(x) + sigma);
-  } else {
-    m = fabs(x) / (T(1) + sigma * fabs(x));
-  }
-  return T(0.5) * m * m;
-}
-
-}  // namespace iglu_np
-""".replace("@IGLU_TAIL_LO@", ", ".join(map(repr, IGLU_TAIL_LO))).replace(
-    "@IGLU_TAIL_HI@", ", ".join(map(repr, IGLU_TAIL_HI))
-)
 
 
 # --------------------------------------------------------------------------- references
@@ -430,7 +297,6 @@ define(
     ref_dparams={"sigma": _ref_z_ds},
     notes=_GATE_NOTE,
     references=(_PAPER + ", eq. 8",),
-    cxx=_CXX,
     example=">>> iglu_np.z_gate(np.array([-1.0, 0.0, 1.0])).round(6)\narray([0.25, 0.5 , 0.75])",
 )
 
@@ -457,7 +323,6 @@ define(
         "numerically, in float32 too)."
     ),
     references=(_PAPER + ", eqs. 4, 10",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.iglu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.25,  0.  ,  0.75])\n"
         ">>> float(iglu_np.iglu(-np.inf, sigma=2.0))  # -1/(2 pi)\n-0.15915494309189535"
@@ -481,7 +346,6 @@ define(
     },
     notes="max |Z - Z_a| is about 0.02264, at sigma x = -3.19 (the paper states < 0.025).",
     references=(_PAPER + ", eq. 11",),
-    cxx=_CXX,
     example=">>> iglu_np.z_approx(np.array([-1.0, 0.0, 1.0]))\narray([0.25, 0.5 , 0.75])",
 )
 
@@ -505,6 +369,5 @@ define(
         "|x| grows: the approximation is close in the gate, not in absolute value."
     ),
     references=(_PAPER + ", eq. 11",),
-    cxx=_CXX,
     example=">>> iglu_np.iglu_approx(np.array([-1.0, 0.0, 1.0]))\narray([-0.25,  0.  ,  0.75])",
 )

@@ -5,57 +5,6 @@ import math
 from .._spec import Param, define, kernel
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The kernels below for CuPy (NVRTC) and the host g++ build, operation for operation;
-# conventions in iglu_np/include/iglu_np/iglu_np.cuh.
-_CXX = r"""
-namespace iglu_np {
-
-#ifndef IGLU_NP_DEVICE_COMPILE
-using std::hypot;  // else the global C hypot(double, double) would serve float too
-#endif
-
-template <class T> IGLU_NP_HOST_DEVICE T softsign_fwd(T x) {
-  if (fabs(x) > T(1)) return T(1) / (T(1) / x + copysign(T(1), x));  // +-1 at +-inf
-  return x / (T(1) + fabs(x));  // keeps -0.0 and NaN
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softsign_dx(T x) {
-  const T w = T(1) / (T(1) + fabs(x));  // squaring w cannot overflow
-  return w * w;
-}
-
-// sqrt(x^2 + b) without overflow or underflow of x^2 (rational._sp_root).
-template <class T> IGLU_NP_HOST_DEVICE T squareplus_root(T x, T b) { return hypot(x, sqrt(b)); }
-
-template <class T> IGLU_NP_HOST_DEVICE T squareplus_fwd(T x, T b) {
-  const T s = squareplus_root(x, b);
-  const bool neg = x < T(0);
-  const T rn = (T(0.5) * b) / (neg ? (s - x) : T(1));  // rationalised: no cancellation for x << 0
-  const T rp = T(0.5) * (x + s);
-  return neg ? rn : rp;
-}
-
-// (1 - |x|/s)/2 = b/(2 s (s + |x|)), cancellation-free (rational._sp_q).
-template <class T> IGLU_NP_HOST_DEVICE T squareplus_q(T x, T b) {
-  const T s = squareplus_root(x, b);
-  const bool zero = s == T(0);
-  const T sd = zero ? T(1) : s;
-  const T q = T(0.5) * ((b / sd) / (sd + fabs(x)));
-  return zero ? T(0.5) : q;  // x = b = 0: the convention f'(0) = 1/2
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T squareplus_dx(T x, T b) {
-  const T q = squareplus_q(x, b);
-  return (x < T(0)) ? q : T(1) - q;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T squareplus_db(T x, T b) {
-  return T(0.25) / squareplus_root(x, b);  // +inf at x = b = 0
-}
-
-}  // namespace iglu_np
-"""
 
 
 # --------------------------------------------------------------------------- softsign
@@ -92,7 +41,6 @@ define(
     ),
     special_points=(0.0,),
     references=("Turian, Bergstra & Bengio, 2009", "torch.nn.functional.softsign"),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.softsign(np.array([-3.0, 0.0, 1.0, np.inf]))\n"
         "array([-0.75,  0.  ,  0.5 ,  1.  ])\n"
@@ -215,7 +163,6 @@ define(
     special_points=(0.0,),
     references=("Barron, Squareplus: A Softplus-Like Algebraic Rectifier, arXiv:2112.11687",
                 "jax.nn.squareplus"),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.squareplus(np.array([-1.5, 0.0, 1.5]))\narray([0.5, 1. , 2. ])\n"
         ">>> iglu_np.squareplus(np.array([-1e8]))  # b/(4|x|), no cancellation\n"

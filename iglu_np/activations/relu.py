@@ -89,67 +89,6 @@ def leaky_da(x, a):
     return x  # 0 at x = 0 either way; NaN passes through
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, comparison for comparison
-# (same NaN fall-through and signed zeros); conventions in iglu_np/include/iglu_np/iglu_np.cuh.
-_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T identity_fwd(T x) { return x; }
-
-template <class T> IGLU_NP_HOST_DEVICE T identity_dx(T x) {
-  if (x != x) return x;  // 0*x + 1 would also turn +-inf into NaN
-  return T(1);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu_fwd(T x) {
-  if (x <= T(0)) return T(0);  // False for NaN: NaN falls through; -0.0 gives +0.0
-  return x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu_dx(T x) {
-  if (x > T(0)) return T(1);
-  if (x != x) return x;
-  return T(0);  // relu'(0) = 0, PyTorch's convention
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu2_fwd(T x) {
-  if (x <= T(0)) return T(0);
-  return x * x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu2_dx(T x) {
-  if (x <= T(0)) return T(0);
-  return x + x;
-}
-
-// leaky_f, leaky_dx, leaky_da: shared by leaky_relu (negative_slope) and prelu (weight).
-template <class T> IGLU_NP_HOST_DEVICE T relu_leaky_f(T x, T a) {
-  if (x > T(0)) return x;
-  if (a == T(0) && x == x) return T(0);  // slope 0 is ReLU: 0 at x = -inf, not 0*inf
-  return a * x;  // NaN stays NaN
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu_leaky_dx(T x, T a) {
-  if (x > T(0)) return T(1);
-  if (x != x) return x;
-  return a;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T relu_leaky_da(T x) {
-  if (x > T(0)) return T(0);
-  return x;  // NaN passes through
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T leaky_relu_fwd(T x, T a) { return relu_leaky_f(x, a); }
-template <class T> IGLU_NP_HOST_DEVICE T leaky_relu_dx(T x, T a) { return relu_leaky_dx(x, a); }
-template <class T> IGLU_NP_HOST_DEVICE T leaky_relu_dnegative_slope(T x, T) { return relu_leaky_da(x); }
-template <class T> IGLU_NP_HOST_DEVICE T prelu_fwd(T x, T w) { return relu_leaky_f(x, w); }
-template <class T> IGLU_NP_HOST_DEVICE T prelu_dx(T x, T w) { return relu_leaky_dx(x, w); }
-template <class T> IGLU_NP_HOST_DEVICE T prelu_dweight(T x, T) { return relu_leaky_da(x); }
-
-}  // namespace iglu_np
-"""
 
 
 # --------------------------------------------------------------------------- references
@@ -175,7 +114,6 @@ define(
     ref_dx=lambda mp, x: mp.one,
     notes="dx is 1 everywhere, +-inf included; NaN gives NaN.",
     references=("torch.nn.Identity",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.identity(np.array([-2.0, 0.0, 3.5]))\narray([-2. ,  0. ,  3.5])\n"
         ">>> iglu_np.identity.dx(np.array([-np.inf, 0.0]))\narray([1., 1.])"
@@ -198,7 +136,6 @@ define(
     ),
     special_points=(0.0,),
     references=("Nair & Hinton, ICML 2010", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.relu(np.array([-2.0, 0.0, 3.5]))\narray([0. , 0. , 3.5])\n"
         ">>> iglu_np.relu.dx(np.array([-1.0, 0.0, 1.0]))\narray([0., 0., 1.])"
@@ -221,7 +158,6 @@ define(
     ),
     special_points=(0.0,),
     references=("So et al., Primer: Searching for Efficient Transformers, NeurIPS 2021",),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.relu2(np.array([-2.0, 0.0, 3.0]))\narray([0., 0., 9.])\n"
         ">>> iglu_np.relu2.dx(np.array([-2.0, 0.0, 3.0]))\narray([0., 0., 6.])"
@@ -258,7 +194,6 @@ define(
     ),
     special_points=(0.0,),
     references=("Maas, Hannun & Ng, ICML 2013 workshop", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.leaky_relu(np.array([-2.0, 0.0, 3.0]))\narray([-0.02,  0.  ,  3.  ])\n"
         ">>> iglu_np.leaky_relu.dx(np.array([-2.0, 0.0, 3.0]), negative_slope=0.2)\n"
@@ -298,7 +233,6 @@ define(
     ),
     special_points=(0.0,),
     references=("He et al., Delving Deep into Rectifiers, ICCV 2015", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> x = np.array([[-2.0, 1.0], [-4.0, 3.0]])\n"
         ">>> iglu_np.prelu(x, weight=np.array([[0.1], [0.5]]))\n"

@@ -65,47 +65,6 @@ def softshrink_dlam(x, lam):
     return T(0.0)
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, comparison for comparison;
-# conventions in iglu_np/include/iglu_np/iglu_np.cuh.
-_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T hardshrink_fwd(T x, T lam) {
-  if (fabs(x) <= lam) return T(0);  // PyTorch's closed interval; NaN stays NaN
-  return x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardshrink_dx(T x, T lam) {
-  if (fabs(x) > lam) return T(1);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T hardshrink_dlambd(T x, T) {
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softshrink_fwd(T x, T lam) {
-  if (fabs(x) <= lam) return T(0);
-  return x - copysign(lam, x);  // exact just above lam (Sterbenz)
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softshrink_dx(T x, T lam) {
-  if (fabs(x) > lam) return T(1);
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softshrink_dlambd(T x, T lam) {
-  if (fabs(x) > lam) return -copysign(T(1), x);
-  if (x != x) return x;
-  return T(0);
-}
-
-}  // namespace iglu_np
-"""
 
 
 _HARD_LAMBDA = Param(
@@ -152,7 +111,6 @@ define(
     ),
     special_points=_SPECIAL,
     references=(_TORCH,),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.hardshrink(np.array([-1.0, -0.5, 0.2, 0.7]))\n"
         "array([-1. ,  0. ,  0. ,  0.7])\n"
@@ -184,7 +142,6 @@ define(
     ),
     special_points=_SPECIAL,
     references=("Donoho, De-noising by soft-thresholding, IEEE Trans. IT 1995", _TORCH),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.softshrink(np.array([-1.0, -0.5, 0.2, 0.75]))\n"
         "array([-0.5 ,  0.  ,  0.  ,  0.25])\n"

@@ -195,146 +195,6 @@ def xsilu_dalpha(x, alpha):
     return x * math.tanh(T(0.5) * x)
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation (the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh); the Tanhshrink coefficients are
-# generated from the tuples above, so both languages use the same doubles.
-_CXX = r"""
-namespace iglu_np {
-
-template <class T> IGLU_NP_HOST_DEVICE T sigmoid_fwd(T x) { return sigmoid(x); }
-
-template <class T> IGLU_NP_HOST_DEVICE T sigmoid_dx(T x) {
-  const T e = exp(-fabs(x));  // e/(1+e)^2: even in x, no 1 - sigma cancellation
-  const T r = T(1) / (T(1) + e);
-  return e * r * r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T tanh_fwd(T x) { return tanh(x); }
-
-template <class T> IGLU_NP_HOST_DEVICE T tanh_dx(T x) {
-  if (fabs(x) < T(0.5)) {
-    const T t = tanh(x);
-    return (T(1) - t) * (T(1) + t);
-  }
-  const T e = exp(T(-2) * fabs(x));  // sech^2 = 4e/(1+e)^2: no 1 - tanh^2 cancellation
-  const T r = T(1) / (T(1) + e);
-  return T(4) * e * r * r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T silu_fwd(T x) {
-  const T e = exp(-fabs(x));
-  const T r = T(1) / (T(1) + e);
-  if (x < T(0)) {
-    if (e == T(0)) return T(-0.0);  // limit at -inf, where x * 0 would be NaN
-    return x * (e * r);
-  }
-  return x * r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T silu_dx(T x) {
-  const T e = exp(-fabs(x));
-  const T r = T(1) / (T(1) + e);
-  if (x < T(0)) {
-    if (e == T(0)) return T(0);
-    return (e * r) * (T(1) + x * r);  // 1 - sigma = r: never formed by subtraction
-  }
-  if (e == T(0)) return T(1);
-  return r * (T(1) + x * (e * r));
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T tanhshrink_fwd(T x) {
-  if (fabs(x) < T(1.5)) {
-    const T v = x * x;  // x^3 P(x^2): no x - tanh(x) cancellation near 0
-    T p;
-    if (is_f32(x)) {
-      p = horner(v - T(1.125), @TANHSHRINK_32@);
-    } else {
-      p = horner(v - T(1.125), @TANHSHRINK_64@);
-    }
-    return x * (v * p);
-  }
-  return x - tanh(x);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T tanhshrink_dx(T x) {
-  const T t = tanh(x);
-  return t * t;
-}
-
-// _mish_gate: g = tanh(softplus(x)), q = 1 - g, s = sigmoid(x), none by subtraction.
-template <class T> struct sigmoidal_mish_gate_t { T g, q, s; };
-
-template <class T> IGLU_NP_HOST_DEVICE sigmoidal_mish_gate_t<T> sigmoidal_mish_gate(T x) {
-  sigmoidal_mish_gate_t<T> r;
-  if (x > T(0)) {
-    const T e = exp(-x);
-    const T d = T(1) + T(2) * e * (T(1) + e);
-    const T q = T(2) * e * e / d;
-    r.g = T(1) - q;
-    r.q = q;
-    r.s = T(1) / (T(1) + e);
-    return r;
-  }
-  const T e = exp(x);
-  const T n = e * (e + T(2));
-  const T d = n + T(2);
-  r.g = n / d;
-  r.q = T(2) / d;
-  r.s = e / (T(1) + e);
-  return r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T mish_fwd(T x) {
-  const sigmoidal_mish_gate_t<T> gt = sigmoidal_mish_gate(x);
-  if (isinf(x)) return x > T(0) ? x : T(-0.0);
-  return x * gt.g;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T mish_dx(T x) {
-  const sigmoidal_mish_gate_t<T> gt = sigmoidal_mish_gate(x);
-  if (isinf(x)) return x > T(0) ? T(1) : T(0);
-  // g' = (1 - g^2) sigma(x), 1 - g^2 = q (2 - q)
-  return gt.g + x * (gt.q * (T(2) - gt.q) * gt.s);
-}
-
-// _xsilu_gate: sigma(x)(1 + 2 alpha) - alpha, and e = exp(-|x|).
-template <class T> struct sigmoidal_xsilu_gate_t { T gate, e; };
-
-template <class T> IGLU_NP_HOST_DEVICE sigmoidal_xsilu_gate_t<T> sigmoidal_xsilu_gate(T x, T alpha) {
-  const T m = expm1(-fabs(x));
-  const T e = exp(-fabs(x));  // not m + 1, which is 0 once m rounds to -1
-  T num;
-  if (x < T(0)) {
-    num = e + alpha * m;
-  } else {
-    num = T(1) - alpha * m;
-  }
-  sigmoidal_xsilu_gate_t<T> r = {num / (T(2) + m), e};
-  return r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xsilu_fwd(T x, T alpha) {
-  const sigmoidal_xsilu_gate_t<T> gt = sigmoidal_xsilu_gate(x, alpha);
-  if (isinf(x) && gt.gate == T(0)) return T(-0.0);  // -inf * 0 at alpha = 0
-  return x * gt.gate;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xsilu_dx(T x, T alpha) {
-  const sigmoidal_xsilu_gate_t<T> gt = sigmoidal_xsilu_gate(x, alpha);
-  if (isinf(x)) return gt.gate;  // x sigma'(x) -> 0
-  const T r = T(1) / (T(1) + gt.e);
-  return gt.gate + x * (T(1) + T(2) * alpha) * (gt.e * r * r);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xsilu_dalpha(T x, T) {
-  return x * tanh(T(0.5) * x);  // x (2 sigma(x) - 1) = x tanh(x/2)
-}
-
-}  // namespace iglu_np
-""".replace("@TANHSHRINK_32@", ", ".join(map(repr, TANHSHRINK_32))).replace(
-    "@TANHSHRINK_64@", ", ".join(map(repr, TANHSHRINK_64))
-)
 
 
 # --------------------------------------------------------------------------- references
@@ -460,7 +320,6 @@ define(
         "cancelling in 1 - 1/(1+e^x). The derivative e/(1+e)^2 is even in x and has no "
         "1 - sigma cancellation."
     ),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.sigmoid(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([0.268941, 0.5     , 0.731059])\n"
@@ -483,7 +342,6 @@ define(
         "e = exp(-2|x|) beyond, which keeps full relative accuracy in the tails where "
         "1 - tanh^2 would round to 0."
     ),
-    cxx=_CXX,
     example=">>> iglu_np.tanh(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.761594,  0.      ,  0.761594])",
 )
 
@@ -510,7 +368,6 @@ define(
         "Elfwing, Uchibe & Doya, Sigmoid-Weighted Linear Units, arXiv:1702.03118",
         "Ramachandran, Zoph & Le, Searching for Activation Functions, arXiv:1710.05941",
     ),
-    cxx=_CXX,
     example=">>> iglu_np.silu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.268941,  0.      ,  0.731059])",
 )
 
@@ -531,7 +388,6 @@ define(
         "polynomial (tools/derive_smooth_coefficients.py); beyond, the subtraction loses "
         "under one ulp. The derivative 1 - sech^2 = tanh^2 needs no subtraction."
     ),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.tanhshrink(np.array([-2.0, 0.0, 2.0])).round(6)\n"
         "array([-1.035972,  0.      ,  1.035972])\n"
@@ -559,7 +415,6 @@ define(
         "measured against |g| + |x| sech^2 sigma."
     ),
     references=("Misra, Mish: A Self Regularized Non-Monotonic Activation Function, arXiv:1908.08681",),
-    cxx=_CXX,
     example=">>> iglu_np.mish(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.303401,  0.      ,  0.865098])",
 )
 
@@ -603,7 +458,6 @@ define(
         "neutral starting point; the paper trains alpha per MLP block."
     ),
     references=(_XSILU_PAPER,),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.xsilu(np.array([-1.0, 0.0, 1.0]), alpha=0.5).round(6)\n"
         "array([-0.037883,  0.      ,  0.962117])"

@@ -80,71 +80,6 @@ def softplus_dthreshold(x, beta, threshold):
     return T(0.0)
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# The same kernels for CuPy (NVRTC) and the host g++ build, operation for operation; the
-# conventions are in iglu_np/include/iglu_np/iglu_np.cuh.
-_CXX = r"""
-namespace iglu_np {
-
-// _beta_x: y = beta x as an exact dw pair, and beta x > threshold decided on the exact
-// product (a rounded product would move PyTorch's jump off the boundary).
-template <class T> struct softplus_y_t { T hi, lo; bool linear; };
-
-template <class T> IGLU_NP_HOST_DEVICE softplus_y_t<T> softplus_beta_x(T x, T beta, T threshold) {
-  const dw<T> y = two_prod(beta, x);
-  softplus_y_t<T> r = {y.hi, y.lo, y.hi > threshold || (y.hi == threshold && y.lo > T(0))};
-  return r;
-}
-
-// -|y| as a dw pair and y > 0: the argument of the one exp both signs share.
-template <class T> struct softplus_na_t { T hi, lo; bool pos; };
-
-template <class T> IGLU_NP_HOST_DEVICE softplus_na_t<T> softplus_neg_abs_y(T yh, T yl) {
-  const bool pos = yh > T(0);
-  softplus_na_t<T> r = {pos ? -yh : yh, pos ? -yl : yl, pos};
-  return r;
-}
-
-// Branch-free like the Python kernels (one exp and one log1p for both signs, selects).
-template <class T> IGLU_NP_HOST_DEVICE T softplus_fwd(T x, T beta, T threshold) {
-  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
-  // log1p(exp(-|y|)) with the dw -|y|; y + that for y > 0 (no overflow).
-  const T l = log1p(exp_dw(n.hi, n.lo));
-  T r = n.pos ? (y.hi + (y.lo + l)) : l;
-  r = r / beta;
-  return y.linear ? x : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softplus_dx(T x, T beta, T threshold) {
-  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
-  // 1/(1 + e) for y > 0, e/(1 + e) otherwise, e = exp(-|y|).
-  const T e = exp_dw(n.hi, n.lo);
-  const T num = n.pos ? T(1) : e;
-  const T r = num / (T(1) + e);
-  return y.linear ? T(1) : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softplus_dbeta(T x, T beta, T threshold) {
-  const softplus_y_t<T> y = softplus_beta_x(x, beta, threshold);
-  // -(|y| u/(1 + u) + log1p(u))/beta^2, u = exp(-|y|): two terms of one sign.
-  const softplus_na_t<T> n = softplus_neg_abs_y(y.hi, y.lo);
-  const T u = exp_dw(n.hi, n.lo);
-  const T a = (u == T(0)) ? T(0) : fabs(y.hi);  // u = 0 at y = -inf: |y| u is NaN
-  const T t = a * (u / (T(1) + u));
-  const T h = -(t + log1p(u));
-  const T r = h / beta / beta;
-  return y.linear ? T(0) : r;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T softplus_dthreshold(T x, T, T) {
-  if (x != x) return x;
-  return T(0);  // the threshold only moves a jump: 0 almost everywhere
-}
-
-}  // namespace iglu_np
-"""
 
 
 # --------------------------------------------------------------------------- references
@@ -235,7 +170,6 @@ define(
         "Pricing, NIPS 2000",
         "PyTorch torch.nn.Softplus",
     ),
-    cxx=_CXX,
     example=(
         ">>> iglu_np.softplus(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([0.313262, 0.693147, 1.313262])\n"

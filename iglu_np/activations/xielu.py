@@ -100,98 +100,6 @@ def xielu_deps(x, ap, an, beta, eps):
     return T(0.0)
 
 
-# --------------------------------------------------------------------------- C++ (GPU)
-# xIELU's kernels above and xIPReLU's below for CuPy (NVRTC) and the host g++ build,
-# operation for operation; the conventions are in iglu_np/include/iglu_np/iglu_np.cuh. The
-# Taylor coefficients come from the tuples above (repr); is_f32 is sizeof(T) == 4.
-_CXX = r"""
-namespace iglu_np {
-
-// expm1(m) - m for m <= 0 with full relative accuracy (xielu.expm1_minus_x).
-template <class T> IGLU_NP_HOST_DEVICE T xielu_expm1_minus_x(T m) {
-  if (m < T(-1)) return expm1(m) - m;  // loses < 1.5 bits; +inf at -inf
-  T p;
-  if (sizeof(T) == 4) {
-    p = horner(m, @EM1MX_F32@);
-  } else {
-    p = horner(m, @EM1MX_F64@);
-  }
-  return (m * m) * p;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_fwd(T x, T ap, T an, T beta, T eps) {
-  if (x > T(0)) return x * (ap * x + beta);  // both terms >= 0
-  if (x <= eps) {
-    // x < -1: finite operands at x = -inf, where the other form would be inf - inf.
-    if (x < T(-1)) return an * expm1(x) + (beta - an) * x;
-    return an * xielu_expm1_minus_x(x) + beta * x;
-  }
-  // eps < x <= 0 (and NaN): (expm1(eps) - eps) + (eps - x), eps - x exact near eps.
-  return an * (xielu_expm1_minus_x(eps) + (eps - x)) + beta * x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_dx(T x, T ap, T an, T beta, T eps) {
-  if (x > T(0)) return T(2) * ap * x + beta;
-  if (x <= eps) return an * expm1(x) + beta;
-  if (x != x) return x;
-  return beta - an;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_dalpha_p(T x, T, T, T, T) {
-  if (x > T(0)) return x * x;
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_dalpha_n(T x, T, T, T, T eps) {
-  if (x > T(0)) return T(0);
-  if (x <= eps) return xielu_expm1_minus_x(x);
-  return xielu_expm1_minus_x(eps) + (eps - x);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_dbeta(T x, T, T, T, T) { return x; }
-
-template <class T> IGLU_NP_HOST_DEVICE T xielu_deps(T x, T, T an, T, T eps) {
-  if (x > eps && x <= T(0)) return an * exp(eps);
-  if (x != x) return x;
-  return T(0);
-}
-
-// a*x + beta correctly rounded where it cancels (xielu._quad_factor).
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_quad_factor(T a, T x, T beta) {
-  const dw<T> p = two_prod(a, x);
-  return (p.hi + beta) + p.lo;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_fwd(T x, T ap, T an, T beta) {
-  T a = an;
-  if (x > T(0)) a = ap;
-  return x * xiprelu_quad_factor(a, x, beta);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_dx(T x, T ap, T an, T beta) {
-  T a = an;
-  if (x > T(0)) a = ap;
-  return xiprelu_quad_factor(a, x + x, beta);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_dalpha_p(T x, T, T, T) {
-  if (x > T(0)) return x * x;
-  if (x != x) return x;
-  return T(0);
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_dalpha_n(T x, T, T, T) {
-  if (x > T(0)) return T(0);
-  return x * x;
-}
-
-template <class T> IGLU_NP_HOST_DEVICE T xiprelu_dbeta(T x, T, T, T) { return x; }
-
-}  // namespace iglu_np
-""".replace("@EM1MX_F32@", ", ".join(map(repr, _EM1MX_F32))).replace(
-    "@EM1MX_F64@", ", ".join(map(repr, _EM1MX_F64))
-)
 
 
 def _xielu_check(alpha_p, alpha_n, beta, eps):
@@ -341,7 +249,6 @@ define(
         lambda p: math.log1p(-p["beta"] / p["alpha_n"]),
     ),
     references=(_PAPER, _CODE),
-    cxx=_CXX,
     example=(
         ">>> x = np.array([-3.0, -1.0, 0.0, 1.0])\n"
         ">>> iglu_np.xielu(x, eps=0.0).round(6)\n"
@@ -488,7 +395,6 @@ define(
         lambda p: _root(p, "alpha_p", 2.0),
     ),
     references=(_PAPER,),
-    cxx=_CXX,
     example=(
         ">>> x = np.array([-2.0, -0.5, 0.0, 1.0])\n"
         ">>> iglu_np.xiprelu(x, alpha_n=0.5)\narray([ 1.   , -0.125,  0.   ,  1.3  ])\n"

@@ -1,8 +1,11 @@
 """CuPy backend: one ``cupy.ElementwiseKernel`` per activation and kernel kind.
 
-The math is the spec's C++ (``cxx=``) after the prelude header, used as the kernel
+The math is the C++ generated from the spec's Python kernels (the same code the CPU ufuncs
+compile, elementary functions included) after the prelude header, used as the kernel
 preamble; the body is one line (see :mod:`iglu_np.backends.cxx`, which builds the exact
-strings CI compiles with NVRTC and tests through g++). Kernels are named
+strings CI compiles with NVRTC and tests through g++), compiled with
+:data:`~iglu_np.backends.cxx.NVRTC_OPTIONS` (no FMA contraction, no flush to zero), so the
+results equal the CPU's bit for bit. Kernels are named
 ``iglu_np_<name>_<fwd|dx|d<param>|bwd|bwd<param>>``, built on first use and memoised per
 device and compute dtype. CuPy itself handles broadcasting, strided inputs and the
 current stream.
@@ -12,8 +15,8 @@ current stream.
 * parameters: Python/numpy scalars are passed by value, host arrays are copied to the
   device (they are parameter-sized), device arrays are used in place. Device parameter
   arrays are validated against the domain through a host copy (a synchronisation);
-* an activation whose spec has no C++ (every built-in one has; a newly added one may not)
-  same CuPy arrays (zero-copy), when numba-cuda is installed.
+* a kernel that uses Python the C++ translator does not know raises
+  :class:`~iglu_np.backends.cxx.NoCxxError` naming the function and line.
 
 cupy is imported only when a CuPy array shows up (or ``backend="cupy"`` is asked for).
 """
@@ -76,7 +79,7 @@ def get_kernel(name: str, kind: str, compute):
                 ks = cxx.kernel_source(REGISTRY[name], kind, compute)
                 k = cupy.ElementwiseKernel(
                     ks.in_params, ks.out_params, ks.body, ks.name,
-                    preamble=ks.preamble, options=("--std=c++17",),
+                    preamble=ks.preamble, options=cxx.NVRTC_OPTIONS,
                 )
                 _kernels[key] = k
     return k
@@ -100,18 +103,6 @@ def run(act, kind, data, params, out):
     from .._api import _all_half, _compute_dtype
 
     name = act.name
-    if not cxx.has_cxx(act.spec):
-        try:
-            from . import numba_cuda
-
-            import numba_cuda as _nc  # noqa: F401  (the package, not the module above)
-        except ImportError:
-            raise cxx.NoCxxError(
-                f"{name}: no C++ source yet for the CuPy backend, and numba-cuda (which "
-                "would run it on the same arrays) is not installed"
-            ) from None
-        return numba_cuda.run(act, kind, data, params, out)
-
     import cupy
 
     for nm, d in zip(_DATA_NAMES, data):

@@ -5,7 +5,8 @@ host (g++) tests all take the *same* strings from :func:`kernel_source`, so what
 compiles and tests without a GPU is exactly what CuPy compiles on one.
 
 A kernel is ``preamble`` (the prelude header ``iglu_np/include/iglu_np/iglu_np.cuh`` plus
-the spec's ``cxx=`` source) and a one-line elementwise ``body`` such as::
+the C++ that :mod:`iglu_np.backends.cxx_gen` generates from the spec's Python kernels) and
+a one-line elementwise ``body`` such as::
 
     y = (Y)(iglu_np::iglu_fwd<float>((float)x, p_sigma));
 
@@ -28,19 +29,27 @@ __all__ = [
     "prelude",
     "preamble",
     "has_cxx",
+    "spec_cxx",
     "kernel_kinds",
     "kernel_source",
     "C_TYPES",
+    "NVRTC_OPTIONS",
 ]
 
 HEADER = Path(__file__).resolve().parent.parent / "include" / "iglu_np" / "iglu_np.cuh"
+
+# NVRTC options of every kernel: the C++ is the Numba CPU code operation for operation, so
+# with no FMA contraction (Numba does not contract), no flush of subnormals and IEEE
+# division and square root, the GPU computes the CPU's results bit for bit. The cost is
+# a few instructions per element in kernels that are memory-bound anyway.
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 # numpy compute dtype -> C++ type of the template argument.
 C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
 class NoCxxError(NotImplementedError):
-    """The activation has no C++ source yet (its spec's ``cxx=`` is empty)."""
+    """The spec's Python kernels use something the C++ translator does not know."""
 
 
 @dataclass(frozen=True)
@@ -64,17 +73,55 @@ def prelude() -> str:
 
 
 def has_cxx(spec) -> bool:
-    return bool(spec.cxx.strip())
+    """Whether the spec's kernels translate to C++ (they all must; a test checks it)."""
+    try:
+        spec_cxx(spec)
+    except NoCxxError:
+        return False
+    return True
+
+
+def _wrapper(spec, which: str, fn) -> str:
+    from .cxx_gen import function_name
+
+    ps = spec.param_names
+    sig = ", ".join(["T x", *(f"T {p}" for p in ps)])
+    call = ", ".join(["x", *ps])
+    return (
+        f"template <class T> IGLU_NP_HOST_DEVICE T {spec.name}_{which}({sig}) {{\n"
+        f"  return T({function_name(fn)}({call}));\n}}"
+    )
+
+
+@lru_cache(maxsize=None)
+def _spec_cxx(name: str, fns: tuple) -> str:
+    from .cxx_gen import TranslationError, translate
+
+    from .._spec import REGISTRY
+
+    spec = REGISTRY[name]
+    try:
+        body = translate([fn for _, fn in fns])
+    except TranslationError as e:
+        raise NoCxxError(f"{spec.name}: its kernels do not translate to C++ ({e})") from None
+    entry = [_wrapper(spec, which, fn) for which, fn in fns]
+    return (
+        "namespace iglu_np {\n\n" + body + "\n\n// entry points\n" + "\n\n".join(entry)
+        + "\n\n}  // namespace iglu_np\n"
+    )
+
+
+def spec_cxx(spec) -> str:
+    """The C++ generated from the spec's kernels: every function they call (translated
+    from the same Python), then ``<name>_fwd``, ``<name>_dx`` and ``<name>_d<p>``."""
+    k = spec.kernels()
+    fns = (("fwd", k["f"]), ("dx", k["dx"]), *((f"d{p}", k["d" + p]) for p in spec.param_names))
+    return _spec_cxx(spec.name, fns)
 
 
 def preamble(spec) -> str:
-    """The prelude header followed by the spec's C++ source."""
-    if not has_cxx(spec):
-        raise NoCxxError(
-            f"{spec.name}: no C++ source yet (add cxx= to its define() in {spec.module}); "
-            "the CuPy backend and the C++ checks need it"
-        )
-    return prelude() + "\n// ---- " + spec.name + " (" + spec.module + ")\n" + spec.cxx
+    """The prelude header followed by the spec's generated C++."""
+    return prelude() + "\n// ---- " + spec.name + " (generated from " + spec.module + ")\n" + spec_cxx(spec)
 
 
 def kernel_kinds(spec) -> list:

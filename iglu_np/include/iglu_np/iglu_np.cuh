@@ -1,33 +1,21 @@
-// iglu_np C++ prelude: the host/device math shared by every activation's C++ source.
+// iglu_np C++ prelude: the few primitives that the generated C++ needs.
 //
+// The C++ of every activation is generated from its Python kernels (and the helpers they
+// call, down to the CPU's elementary functions in iglu_np/_vmath.py) by
+// iglu_np/backends/cxx_gen.py; nothing activation-specific is written here by hand.
 // One source, three consumers:
-//   * CuPy: preamble = this file + the spec's ``cxx=`` string, compiled by NVRTC as the
-//     preamble of one ElementwiseKernel per activation/derivative (iglu_np.backends.cupy_backend);
+//   * CuPy: preamble = this file + the generated C++, compiled by NVRTC as the preamble of
+//     one ElementwiseKernel per activation/derivative (iglu_np.backends.cupy_backend);
 //   * NVRTC in CI (no GPU): the same preamble and kernel body compiled for sm_80/sm_90;
 //   * g++ on the host (no CUDA): IGLU_NP_HOST_DEVICE becomes plain ``inline`` and the tests
-//     compare the results with the Numba CPU ufuncs point by point.
+//     compare the results with the Numba CPU ufuncs bit for bit.
 //
-// Conventions for a spec's ``cxx=`` source (see iglu_np/activations/iglu.py for the example):
-//   * everything inside ``namespace iglu_np { ... }``;
-//   * one function template per Python kernel, named after the kernel kind:
-//       template <class T> IGLU_NP_HOST_DEVICE T <name>_fwd(T x, T p1, ..., T pk);
-//       template <class T> IGLU_NP_HOST_DEVICE T <name>_dx(T x, T p1, ..., T pk);
-//       template <class T> IGLU_NP_HOST_DEVICE T <name>_d<param>(T x, T p1, ..., T pk);
-//     parameters positional, in the spec's declaration order. T is float or double (float16
-//     data is converted to float by the kernel before the call);
-//   * mirror the Python kernel operation by operation: same branches, same stable forms,
-//     same association order (``a * b * c`` is ``(a * b) * c`` in both languages), constants
-//     written ``T(c)`` as in Python's ``T(c)``. The host build then matches the Numba CPU
-//     ufunc to the last bit wherever libm agrees, which the tests check;
-//   * math functions unqualified (``atan(x)``, ``exp(x)``, ``fabs(x)``): inside the namespace
-//     they resolve to std:: overloads on the host and to CUDA's float/double overloads on
-//     the device; helpers below mirror iglu_np/_math.py (two_prod, mul_dw, exp_dw, sigmoid,
-//     log1p_exp, horner, is_f32); ``math.isinf``/``math.isnan`` are ``isinf``/``isnan``;
-//   * polynomial coefficients: ``horner(v, c0, c1, ...)`` with the literals generated from
-//     the Python tuple (``", ".join(map(repr, COEFFS))``), so both languages use the same
-//     doubles and the same evaluation order;
-//   * no arrays, no loops with runtime trip counts, no recursion: every kernel must stay in
-//     registers (the tests reject PTX with local memory).
+// Generated functions are templates ``k_<module>__<function>`` with deduced types, as
+// Numba types the Python at each call; the public entry points are
+//   template <class T> IGLU_NP_HOST_DEVICE T <name>_fwd(T x, T p1, ..., T pk);
+//   template <class T> IGLU_NP_HOST_DEVICE T <name>_dx(T x, T p1, ..., T pk);
+//   template <class T> IGLU_NP_HOST_DEVICE T <name>_d<param>(T x, T p1, ..., T pk);
+// T is float or double (float16 data is converted to float by the kernel before the call).
 //
 // Kernel names (CuPy): iglu_np_<name>_<fwd|dx|d<param>|bwd|bwd<param>>, C linkage; the math
 // lives in namespace iglu_np, so the names never clash.
@@ -39,92 +27,115 @@
 #define IGLU_NP_DEVICE_COMPILE 1
 #else
 #include <cmath>
+#include <cstring>
 #define IGLU_NP_HOST_DEVICE inline
 #endif
-
-#define IGLU_NP_PI 3.141592653589793
-// Beyond this magnitude double-word corrections are dropped (mirrors _math.BIG).
-#define IGLU_NP_BIG 1e30
 
 namespace iglu_np {
 
 #ifndef IGLU_NP_DEVICE_COMPILE
-using std::atan;
 using std::copysign;
-using std::erf;
-using std::erfc;
-using std::exp;
-using std::expm1;
 using std::fabs;
-using std::fma;
-using std::log;
-using std::log1p;
+using std::floor;
+using std::ceil;
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 using std::sqrt;
-using std::tanh;
 #endif
 
-// ``a*b = p + e`` exactly; e is 0 where _math.two_prod's Veltkamp split could overflow, so
-// host and device agree with the Python helper on the same inputs. FMA gives the exact
-// error directly on the device and wherever the host has it (std::fma is always exact).
-template <class T> struct dw { T hi, lo; };
+// The value type of an expression (decltype of a select of lvalues is a reference): the
+// type of a local that the generated code declares before the branch that assigns it.
+template <class A> struct plain { typedef A type; };
+template <class A> struct plain<A&> { typedef A type; };
+#define IGLU_NP_TYPE(e) typename iglu_np::plain<decltype(e)>::type
 
-template <class T> IGLU_NP_HOST_DEVICE dw<T> two_prod(T a, T b) {
-  const T p = a * b;
-  T e = fma(a, b, -p);
-  if (!(fabs(a) < T(IGLU_NP_BIG) && fabs(b) < T(IGLU_NP_BIG)) || !(fabs(p) < T(IGLU_NP_BIG))) {
-    e = T(0);
-  }
-  dw<T> r = {p, e};
+// Python's abs: fabs for floats (clears the sign of -0.0), plain for integers.
+IGLU_NP_HOST_DEVICE float py_abs(float a) { return fabsf(a); }
+IGLU_NP_HOST_DEVICE double py_abs(double a) { return fabs(a); }
+IGLU_NP_HOST_DEVICE int py_abs(int a) { return a < 0 ? -a : a; }
+IGLU_NP_HOST_DEVICE long long py_abs(long long a) { return a < 0 ? -a : a; }
+
+// Numba's max/min of two values: both cast to the common type, then
+// select(b > a, b, a) / select(b < a, b, a) (NaN handling included).
+template <class A, class B> IGLU_NP_HOST_DEVICE auto py_max(A a, B b) -> decltype(a + b) {
+  typedef decltype(a + b) R;
+  return (R(b) > R(a)) ? R(b) : R(a);
+}
+template <class A, class B> IGLU_NP_HOST_DEVICE auto py_min(A a, B b) -> decltype(a + b) {
+  typedef decltype(a + b) R;
+  return (R(b) < R(a)) ? R(b) : R(a);
+}
+
+// A helper's returned tuple (fields a, b, c, d).
+template <class A, class B> struct tup2 { A a; B b; };
+template <class A, class B, class C> struct tup3 { A a; B b; C c; };
+template <class A, class B, class C, class D> struct tup4 { A a; B b; C c; D d; };
+template <class A, class B> IGLU_NP_HOST_DEVICE tup2<A, B> make_tup(A a, B b) {
+  tup2<A, B> r = {a, b};
+  return r;
+}
+template <class A, class B, class C> IGLU_NP_HOST_DEVICE tup3<A, B, C> make_tup(A a, B b, C c) {
+  tup3<A, B, C> r = {a, b, c};
+  return r;
+}
+template <class A, class B, class C, class D>
+IGLU_NP_HOST_DEVICE tup4<A, B, C, D> make_tup(A a, B b, C c, D d) {
+  tup4<A, B, C, D> r = {a, b, c, d};
   return r;
 }
 
-// ``x * (c_hi + c_lo)`` as a double-word pair, for an exact x and a double-word constant.
-template <class T> IGLU_NP_HOST_DEVICE dw<T> mul_dw(T x, T c_hi, T c_lo) {
-  dw<T> r = two_prod(x, c_hi);
-  r.lo = r.lo + x * c_lo;
-  return r;
+// _vmath._bits / _from_bits: the IEEE bit pattern as a signed integer of the same width,
+// and back (a wider integer is truncated, a narrower one sign-extended, as in Numba).
+IGLU_NP_HOST_DEVICE int bits(float x) {
+#ifdef IGLU_NP_DEVICE_COMPILE
+  return __float_as_int(x);
+#else
+  int i;
+  std::memcpy(&i, &x, sizeof i);
+  return i;
+#endif
 }
-
-// ``exp(hi + lo)`` for a double-word argument (|lo| tiny, so exp(lo) = 1 + lo).
-template <class T> IGLU_NP_HOST_DEVICE T exp_dw(T hi, T lo) {
-  const T e = exp(hi);
-  return e + e * lo;
+IGLU_NP_HOST_DEVICE long long bits(double x) {
+#ifdef IGLU_NP_DEVICE_COMPILE
+  return __double_as_longlong(x);
+#else
+  long long i;
+  std::memcpy(&i, &x, sizeof i);
+  return i;
+#endif
 }
-
-// Logistic function, accurate in both tails (no 1 - small cancellation).
-template <class T> IGLU_NP_HOST_DEVICE T sigmoid(T x) {
-  const T e = exp(-fabs(x));
-  const T r = T(1) / (T(1) + e);
-  if (x < T(0)) return e * r;
-  return r;
+template <class I> IGLU_NP_HOST_DEVICE float from_bits(I i, float) {
+  const int v = (int)i;
+#ifdef IGLU_NP_DEVICE_COMPILE
+  return __int_as_float(v);
+#else
+  float x;
+  std::memcpy(&x, &v, sizeof x);
+  return x;
+#endif
 }
-
-// ``log(1 + exp(x))`` without overflow for large x or loss for x << 0.
-template <class T> IGLU_NP_HOST_DEVICE T log1p_exp(T x) {
-  return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
+template <class I> IGLU_NP_HOST_DEVICE double from_bits(I i, double) {
+  const long long v = (long long)i;
+#ifdef IGLU_NP_DEVICE_COMPILE
+  return __longlong_as_double(v);
+#else
+  double x;
+  std::memcpy(&x, &v, sizeof x);
+  return x;
+#endif
 }
+IGLU_NP_HOST_DEVICE double inf_d() { return from_bits(0x7FF0000000000000LL, 0.0); }
+IGLU_NP_HOST_DEVICE double nan_d() { return from_bits(0x7FF8000000000000LL, 0.0); }
 
 // ``c0 + c1 v + c2 v^2 + ...`` by Horner's rule, coefficients ascending, each rounded to T
-// first: r = T(c[n-1]); r = r*v + T(c[k]) -- the order of _math.horner.
+// first: r = T(c[n-1]); r = r*v + T(c[k]) -- the order of _math.horner and _vmath.horner.
 template <class T> IGLU_NP_HOST_DEVICE T horner(T, double c) { return T(c); }
 
 template <class T, class... R>
 IGLU_NP_HOST_DEVICE T horner(T v, double c0, double c1, R... rest) {
   return horner(v, c1, rest...) * v + T(c0);
 }
-
-
-// ---------------------------------------------------------------------------------------
-// Twins of further iglu_np/_math.py helpers (and of the ``math`` predicates the kernels use).
-// ---------------------------------------------------------------------------------------
-#ifndef IGLU_NP_DEVICE_COMPILE
-using std::isinf;
-using std::isnan;
-#endif
-
-// _math.is_f32: whether the kernel computes in float32 (picks float32 coefficient sets and
-// hi+lo constants). A compile-time constant, so only the taken branch is code.
-template <class T> IGLU_NP_HOST_DEVICE constexpr bool is_f32(T) { return sizeof(T) == 4; }
 
 }  // namespace iglu_np
 
