@@ -546,12 +546,17 @@ def hypot(x, y):
 
 
 # --------------------------------------------------------------------------- namespace
+# The ``math`` functions computed here instead of by libm (CPU) or libdevice (Numba CUDA),
+# and translated to C++ for CuPy.
+OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot")
+
+
 def _namespace() -> types.ModuleType:
     m = types.ModuleType("iglu_np._vmath.MATH", "math with vectorisable elementary functions")
     for k in dir(math):
         if not k.startswith("_"):
             setattr(m, k, getattr(math, k))
-    for k in ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot"):
+    for k in OVERRIDDEN:
         setattr(m, k, globals()[k])
     return m
 

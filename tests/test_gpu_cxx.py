@@ -135,9 +135,7 @@ def _nvrtc_cases():
 @pytest.mark.parametrize("name, cc", list(_nvrtc_cases()))
 def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
     spec = _spec_with_cxx(name)
-    # float64 in a float32 kernel only where the Python asks for it (numba.float64: the
-    # float32 hypot sums exact squares in float64 and rounds once)
-    explicit_f64 = "((double)(" in cxx.spec_cxx(spec)
+    explicit_f64 = cxx.asks_float64(spec)
     for ddt in DATA_DTYPES:
         kernels = _program_kernels(spec, ddt)
         ptx, log = H.nvrtc_compile(H.cupy_like_program(kernels), cc)

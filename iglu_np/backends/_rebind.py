@@ -7,6 +7,7 @@ GPU), so the same source serves every target and no module imports a backend.
 """
 from __future__ import annotations
 
+import math
 import types
 
 from .._spec import is_kernel
@@ -17,11 +18,19 @@ class Rebinder:
 
     ``jit`` turns a plain function into the target's callable; ``overrides`` maps a
     helper to a target-specific replacement (e.g. an FMA-based ``two_prod`` on CUDA).
+    ``math_ns`` (optional; may be set after construction where the namespace is compiled
+    by this rebinder) replaces the ``math`` module in every rebound function's globals: the CPU and CUDA backends give :mod:`iglu_np._vmath`'s elementary functions
+    (SIMD code on the CPU; on the GPU, no ``ex2.approx.ftz`` that flushes subnormal
+    results). ``helper(obj)`` (optional) returns the plain Python function of a global
+    that this target must compile itself (CUDA compiles _vmath's Numba dispatchers from
+    their Python), or None.
     """
 
-    def __init__(self, jit, overrides=None):
+    def __init__(self, jit, overrides=None, math_ns=None, helper=None):
         self._jit = jit
         self._overrides = dict(overrides or {})
+        self.math_ns = math_ns
+        self._helper = helper
         self._memo = {}
 
     def __call__(self, fn):
@@ -42,8 +51,18 @@ class Rebinder:
         g = dict(fn.__globals__)
         for name in _global_names(fn.__code__):
             v = g.get(name)
-            if v is not fn and _hashable(v) and is_kernel(v):
-                compiled = self(v)
+            if v is fn or not _hashable(v):
+                continue
+            if v is math:
+                if self.math_ns is not None:
+                    g[name] = self.math_ns
+                continue
+            if v in self._overrides:
+                g[name] = self._overrides[v]
+                continue
+            py = self._helper(v) if self._helper is not None and not is_kernel(v) else None
+            if is_kernel(v) or py is not None:
+                compiled = self(py if py is not None else v)
                 if compiled is not None:
                     g[name] = compiled
         nf = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -51,9 +70,6 @@ class Rebinder:
         nf.__module__ = fn.__module__
         nf.__doc__ = fn.__doc__
         return nf
-
-    def namespace(self, fns: dict) -> dict:
-        return {k: self(v) for k, v in fns.items()}
 
 
 def _hashable(v):

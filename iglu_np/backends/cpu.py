@@ -20,7 +20,6 @@ kind       inputs                 value
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import sys
 import tempfile
@@ -31,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from .._spec import REGISTRY
-from . import _rebind
 from ._rebind import Rebinder
 
 _PKG_DIR = Path(__file__).resolve().parent.parent
@@ -106,24 +104,6 @@ def _gen_dir() -> Path:
     raise RuntimeError("iglu_np: no writable cache directory (set IGLU_NP_CACHE_DIR)")
 
 
-class _CpuRebinder(Rebinder):
-    """Rebinds ``math`` too: to :data:`iglu_np._vmath.MATH`, whose elementary functions
-    vectorise (libm's are scalar calls that keep every loop scalar)."""
-
-    def __init__(self, jit, math_ns, overrides=None):
-        super().__init__(jit, overrides)
-        self._math_ns = math_ns
-
-    def rebound(self, fn):
-        nf = super().rebound(fn)
-        if self._math_ns is not None:
-            g = nf.__globals__  # the private copy made by Rebinder.rebound
-            for name in _rebind._global_names(fn.__code__):
-                if g.get(name) is math:
-                    g[name] = self._math_ns
-        return nf
-
-
 def _rebinder() -> Rebinder:
     rb = _state.get("rebinder")
     if rb is None:
@@ -139,11 +119,12 @@ def _rebinder() -> Rebinder:
         # raise (no SIMD then).
         from .. import _math
 
-        rb = _state["rebinder"] = _CpuRebinder(
+        rb = _state["rebinder"] = Rebinder(
             lambda f: numba.njit(forceinline=True, error_model="numpy", cache=False)(f),
-            _vmath.MATH if _vmath.enabled() else None,
             # straight-line Horner: a loop left in a kernel keeps the element loop scalar
             {_math.horner: _vmath.horner},
+            # elementary functions that vectorise (libm's are scalar calls)
+            math_ns=_vmath.MATH if _vmath.enabled() else None,
         )
     return rb
 

@@ -30,6 +30,7 @@ __all__ = [
     "preamble",
     "has_cxx",
     "spec_cxx",
+    "asks_float64",
     "kernel_kinds",
     "kernel_source",
     "C_TYPES",
@@ -117,6 +118,13 @@ def spec_cxx(spec) -> str:
     k = spec.kernels()
     fns = (("fwd", k["f"]), ("dx", k["dx"]), *((f"d{p}", k["d" + p]) for p in spec.param_names))
     return _spec_cxx(spec.name, fns)
+
+
+def asks_float64(spec) -> bool:
+    """Whether the spec's float32 code computes in float64 on purpose (``numba.float64`` in
+    its Python: the float32 hypot sums exact squares in float64 and rounds once); float32
+    kernels of every other spec must hold no float64 instruction."""
+    return "((double)(" in spec_cxx(spec)
 
 
 def preamble(spec) -> str:

@@ -49,7 +49,6 @@ class TranslationError(ValueError):
 
 # ``math.<name>`` that the CPU computes with iglu_np._vmath (when enabled): translated from
 # the same Python; the rest map to C++ functions that are exact (IEEE) on host and device.
-_VMATH = ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot")
 _MATH_CXX = {
     "sqrt": "sqrt",
     "copysign": "copysign",
@@ -336,7 +335,7 @@ class _Func:
 
     def math_call(self, node, name, args):
         a = ", ".join(self.expr(x) for x in args)
-        if name in _VMATH:
+        if name in _vmath().OVERRIDDEN:
             return f"{self.resolve(getattr(_vmath(), name).py_func)}({a})"
         cx = _MATH_CXX.get(name)
         if cx is None:

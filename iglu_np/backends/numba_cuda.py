@@ -1,7 +1,8 @@
 """Numba CUDA backend (the ``numba-cuda`` package).
 
-Each spec's scalar kernels (the same Python source as the CPU ufuncs) are compiled as
-``cuda.jit(device=True, inline=True)`` device functions through
+Each spec's scalar kernels (the same Python source as the CPU ufuncs, with the same
+elementary functions: iglu_np._vmath's, compiled for the GPU instead of libdevice's) are
+compiled as ``cuda.jit(device=True, inline=True)`` device functions through
 :class:`~iglu_np.backends._rebind.Rebinder`, and called from explicit grid-stride
 ``@cuda.jit`` kernels generated per (activation, kind, compute dtype, which parameters
 are arrays, number of dimensions):
@@ -149,19 +150,55 @@ def _horner_intrinsic():
     return horner_unrolled
 
 
+def _vmath_helper(obj):
+    """The Python of an iglu_np._vmath function (a CPU Numba dispatcher), for the GPU to
+    compile as a device function."""
+    py = getattr(obj, "py_func", None)
+    if py is not None and getattr(py, "__module__", "") == "iglu_np._vmath":
+        return py
+    return None
+
+
+def _math_namespace(rb):
+    """``math`` with iglu_np._vmath's elementary functions compiled as device functions.
+    libdevice's float32 exp (and what is built on it) is ``ex2.approx.ftz.f32``: results
+    below the normal range came back as zero (silu, mish, gelu_tanh tails); the CPU's own
+    range reduction and polynomials keep them, to within the FMA contractions NVVM makes."""
+    import types
+
+    from .. import _vmath
+
+    ns = types.ModuleType("iglu_np.backends.numba_cuda.math")
+    for k in dir(math):
+        if not k.startswith("_"):
+            setattr(ns, k, getattr(math, k))
+    for k in _vmath.OVERRIDDEN:
+        setattr(ns, k, rb(getattr(_vmath, k).py_func))
+    return ns
+
+
 def _rebinder():
     rb = _state.get("rebinder")
     if rb is None:
-        from .. import _math
+        from .. import _math, _vmath
         from ._rebind import Rebinder
 
         cuda = _cuda()
         dev = cuda.jit(device=True, inline=True)
-        overrides = {}
-        if not simulator():  # the simulator's fma is a*b + c, unfused: keep Dekker there
-            overrides[_math.two_prod] = dev(_two_prod_fma(cuda))
-            overrides[_math.horner] = _horner_intrinsic()
-        rb = _state["rebinder"] = Rebinder(dev, overrides)
+        if simulator():
+            # The simulator runs the Python: no fused fma (keep Dekker), and _vmath's bit
+            # intrinsics cannot run as Python, so libm's math there.
+            rb = Rebinder(dev)
+        else:
+            hor = _horner_intrinsic()
+            overrides = {
+                _math.two_prod: dev(_two_prod_fma(cuda)),
+                _math.horner: hor,
+                _vmath.horner: hor,
+            }
+            rb = Rebinder(dev, overrides, helper=_vmath_helper)
+            rb.math_ns = _math_namespace(rb)
+        _state["rebinder"] = rb
     return rb
 
 
