@@ -5,17 +5,22 @@ casting) but slow where it matters most: a scalar parameter reaches a ``@vectori
 loop with stride 0, which keeps Numba on its generic scalar loop, and a ufunc runs on one
 thread. For the common case
 
-* ``x`` (and ``grad_out``) a C-contiguous float32/float64 ``numpy.ndarray``, same dtype,
+* ``x`` (and ``grad_out``) a float32/float64 ``numpy.ndarray`` whose memory is contiguous
+  in some axis order (C, Fortran, any transpose of those; see :func:`axis_order`), same
+  dtype, and ``grad_out`` laid out like ``x``,
 * every parameter a scalar or an array of ``x``'s shape,
-* ``out`` None or a C-contiguous array of ``x``'s dtype and shape (``out is x`` is fine),
+* ``out`` None or an array of ``x``'s dtype and shape laid out like ``x`` (``out is x`` is
+  fine),
 
-:func:`run` calls an ``@njit(parallel=True)`` loop over the flat arrays instead. The loop
+:func:`run` calls an ``@njit(parallel=True)`` loop over the flat memory instead (the
+result has ``x``'s layout, as a numpy ufunc's with ``order='K'``). The loop
 body is the *same* compiled scalar kernel the ufunc calls (rebound with vectorisable math,
 no fastmath), so the fast path and ``.ufunc`` agree bit for bit, and a threaded run agrees
 bit for bit with a single-thread one (elementwise work has no order). Arrays of at least
 :data:`THRESHOLD` elements run on ``numba.get_num_threads()`` threads (Numba's settings:
 ``NUMBA_NUM_THREADS``, ``numba.set_num_threads``); smaller ones stay on the calling thread,
-where a thread launch would cost more than it saves.
+where a thread launch would cost more than it saves. Every compiled loop releases the
+GIL (``nogil=True``): Python threads calling activations on different arrays run at once.
 
 Parameter gradients (``backward_params``) with scalar parameters are reduced in the loop:
 fixed blocks of :data:`RBLOCK` elements are summed in float64 with 8 interleaved partial
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 
 import numba
@@ -42,6 +48,9 @@ __all__ = ["run", "backward_params", "THRESHOLD", "kernel"]
 _F32 = np.dtype(np.float32)
 _CACHE = os.environ.get("IGLU_NP_FAST_NOCACHE", "") == ""
 _F64 = np.dtype(np.float64)
+# Options of every compiled loop: division by zero gives inf/nan (no branch to raise,
+# which would keep the loop scalar), and the GIL is released while it runs.
+_JIT = dict(error_model="numpy", nogil=True)
 
 # Elements per thread task in parallel loops (multiple of 64: whole cache lines and SIMD
 # vectors per block) and per reduction block.
@@ -114,7 +123,7 @@ def _ov_sl(p, lo, hi):
     return lambda p, lo, hi: p
 
 
-@numba.njit(inline="always", error_model="numpy", cache=True)
+@numba.njit(inline="always", cache=True, **_JIT)
 def _lanesum(buf, m):
     # Eight interleaved sums in a fixed order: SLP/loop vectorisable without fastmath,
     # and the same result on every run and thread count.
@@ -226,9 +235,9 @@ def _module(spec):
         sys.modules[modname] = mod
         exec(compile(src, str(path), "exec"), ns)
         for kind in cpu.kernel_kinds(spec):
-            ns["l_" + kind] = numba.njit(error_model="numpy", cache=_CACHE)(ns["l_" + kind])
+            ns["l_" + kind] = numba.njit(cache=_CACHE, **_JIT)(ns["l_" + kind])
         for p in spec.param_names:
-            ns[f"_blk_{p}"] = numba.njit(inline="always", error_model="numpy", cache=True)(
+            ns[f"_blk_{p}"] = numba.njit(inline="always", cache=True, **_JIT)(
                 ns[f"_blk_{p}"])
         _mods[spec.name] = mod
         return mod
@@ -246,7 +255,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
     if k is None:
         mod = _module(REGISTRY[name])
         fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)
-        k = numba.njit(parallel=parallel, error_model="numpy", cache=_CACHE)(fn)
+        k = numba.njit(parallel=parallel, cache=_CACHE, **_JIT)(fn)
         _kernels[key] = k
     return k
 
@@ -275,10 +284,46 @@ def plan(name: str, kind: str, dt: np.dtype):
     return p
 
 
+# --------------------------------------------------------------------------- layouts
+def axis_order(a: np.ndarray):
+    """The axes of ``a`` from outermost to innermost in memory when its elements fill one
+    contiguous block with positive strides (``a.transpose(order)`` is C-contiguous):
+    ``(0, 1, ...)`` for C order, reversed for Fortran order, any permutation for a
+    transpose of either. None otherwise (gaps, negative strides, broadcast axes)."""
+    if a.flags.c_contiguous:
+        return tuple(range(a.ndim))
+    if a.flags.f_contiguous:
+        return tuple(range(a.ndim - 1, -1, -1))
+    shape, st = a.shape, a.strides
+    # size-1 axes first: their stride is meaningless; then by decreasing stride
+    order = tuple(sorted(range(a.ndim), key=lambda i: (shape[i] != 1, -st[i])))
+    return order if a.transpose(order).flags.c_contiguous else None
+
+
+def mem_flat(a: np.ndarray, order):
+    """The 1-d view of ``a``'s elements in the memory order given by ``order`` (from
+    :func:`axis_order` of ``x``), or None when ``a`` is not laid out that way."""
+    if a.flags.c_contiguous and order == tuple(range(a.ndim)):
+        return a.reshape(-1)
+    t = a.transpose(order)
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
+def empty_like_layout(shape, dt, order):
+    """An uninitialised array of ``shape`` laid out in the axis ``order``."""
+    if order == tuple(range(len(shape))):
+        return np.empty(shape, dt)
+    inv = [0] * len(order)
+    for k, ax in enumerate(order):
+        inv[ax] = k
+    return np.empty(tuple(shape[ax] for ax in order), dt).transpose(inv)
+
+
 # --------------------------------------------------------------------------- dispatch
-def _param(v, dt, shape):
+def _param(v, dt, shape, order=None):
     """A parameter as the kernel takes it: a numpy scalar of dtype ``dt``, a flat
-    contiguous array of x's shape, or None when the fast path does not apply."""
+    contiguous array of x's shape (in x's memory order ``order``), or None when the fast
+    path does not apply."""
     tv = type(v)
     if tv is float or tv is int:
         return dt.type(v)
@@ -288,18 +333,45 @@ def _param(v, dt, shape):
         if v.ndim == 0:
             return dt.type(v[()])
         if v.shape == shape:
+            if order is not None and order != tuple(range(len(shape))):
+                v = v.transpose(order)
             return np.ascontiguousarray(v, dtype=dt).reshape(-1)
     return None
 
 
-def _flat_in(a, dt, shape):
-    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+def _flat_in(a, dt, shape, order=None):
+    """``a`` as a 1-d view over its memory when it is a ``dt`` array of ``shape`` laid out
+    in the axis ``order`` (default: its own, if it has one), else None."""
+    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    return a.reshape(-1)
+    if order is None:
+        order = axis_order(a)
+        if order is None:
+            return None
+    return mem_flat(a, order)
 
 
 def _parallel(n: int) -> bool:
     return n >= THRESHOLD and numba.get_num_threads() > 1
+
+
+_par_lock = threading.Lock()
+_par_threadsafe = False
+
+
+def par_call(k, *args):
+    """Call the parallel (``prange``) kernel ``k``. The loops release the GIL, so two
+    Python threads can launch at once; Numba's ``workqueue`` threading layer (the one
+    left when neither OpenMP nor TBB is available) aborts the process on concurrent
+    launches, so launches are serialised until the layer is known to be thread-safe
+    (``omp``, ``tbb``). Each launch uses every Numba thread anyway."""
+    global _par_threadsafe
+    if _par_threadsafe:
+        return k(*args)
+    with _par_lock:
+        r = k(*args)
+        _par_threadsafe = numba.threading_layer() in ("omp", "tbb")
+    return r
 
 
 def run(act, kind: str, vals: list, cdt, out, n_data: int):
@@ -310,25 +382,28 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
     if type(x) is not np.ndarray or x.ndim == 0:
         return None
     shape = x.shape
-    xf = _flat_in(x, cdt, shape)
+    order = axis_order(x)
+    if order is None:
+        return None
+    xf = _flat_in(x, cdt, shape, order)
     if xf is None or xf.size < MIN_SIZE:
         return None
     ins = [xf]
     if n_data == 2:
-        gf = _flat_in(vals[1], cdt, shape)
+        gf = _flat_in(vals[1], cdt, shape, order)
         if gf is None:
             return None
         ins.append(gf)
     ps = []
     for v in vals[n_data:]:
-        pv = _param(v, cdt, shape)
+        pv = _param(v, cdt, shape, order)
         if pv is None:
             return None
         ps.append(pv)
     if out is None:
-        o = np.empty(shape, cdt)
+        o = empty_like_layout(shape, cdt, order)
     else:
-        if out.dtype != cdt or out.shape != shape or not out.flags.c_contiguous:
+        if out.dtype != cdt or out.shape != shape or mem_flat(out, order) is None:
             return None
         # Exact aliasing (out is x) is safe elementwise; partial overlap is left to numpy,
         # which buffers it.
@@ -342,7 +417,11 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
                 return None
         o = out
     par = _parallel(xf.size)
-    kernel(act.name, kind, par)(*ins, o.reshape(-1), par, *ps)
+    k = kernel(act.name, kind, par)
+    if par:
+        par_call(k, *ins, mem_flat(o, order), par, *ps)
+    else:
+        k(*ins, mem_flat(o, order), par, *ps)
     return o
 
 
@@ -354,8 +433,13 @@ def backward_params(act, vals: list, cdt):
     if type(x) is not np.ndarray:
         return None
     shape = x.shape
-    xf = _flat_in(x, cdt, shape)
-    gf = _flat_in(vals[1], cdt, shape)
+    order = axis_order(x)
+    if order is None:
+        return None
+    # summed in memory order (like numpy's order='K' reductions): a Fortran-ordered x
+    # may round differently from its C-ordered copy
+    xf = _flat_in(x, cdt, shape, order)
+    gf = _flat_in(vals[1], cdt, shape, order)
     if xf is None or gf is None:
         return None
     ps = []
@@ -381,6 +465,8 @@ def backward_params(act, vals: list, cdt):
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
+        elif par:
+            par_call(kernel(act.name, "r_" + p, par), xf, gf, part, par, *ps)
         else:
             kernel(act.name, "r_" + p, par)(xf, gf, part, par, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))

@@ -186,7 +186,7 @@ def simd_report(name: str, kind: str, dtype) -> dict:
     ins = [arr, arr] if kind.startswith("bwd") else [arr]
     sig = (*ins, arr, nbt.intp, nbt.intp, *([nbt_dt] * len(spec.param_names)))
     # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
-    loop = numba.njit(error_model="numpy", cache=False)(
+    loop = numba.njit(cache=False, **cpu_fast._JIT)(
         getattr(cpu_fast._module(spec), "l_" + kind).py_func)
     loop.compile(sig)
     for fname, lines in functions(loop.inspect_asm(sig)).items():
