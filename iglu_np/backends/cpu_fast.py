@@ -217,7 +217,7 @@ def _module(spec):
         if mod is not None:
             return mod
         src = _source(spec)
-        h = cpu.source_hash()
+        h = cpu.kernel_hash(spec, extra=("backends/cpu_fast.py",))
         modname = f"iglu_np._generated_cpu_fast_{spec.name}_{h}"
         path = cpu._gen_dir() / f"fast_{spec.name}_{h}.py"
         if not path.exists() or path.read_text() != src:
