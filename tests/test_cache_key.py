@@ -93,3 +93,20 @@ def test_every_activation_key_names_its_spec_file(name):
     import sys
 
     assert Path(sys.modules[spec.module].__file__).resolve() in files
+
+
+def test_kernels_without_a_source_file_are_keyed_on_their_code():
+    from iglu_np._spec import ActivationSpec, kernel
+
+    def make(src):
+        ns = {"kernel": kernel, "math": __import__("math")}
+        exec(compile(src, "<string>", "exec"), ns)
+        a = iglu_np.get("relu").spec
+        return ActivationSpec(**{**a.__dict__, "name": "tmp", "f": ns["f"], "dx": ns["dx"],
+                                 "dparams": {}, "module": "__no_such_module__"})
+
+    base = "@kernel\ndef f(x):\n    return x * {}\n@kernel\ndef dx(x):\n    return x * 0.0 + {}\n"
+    k1 = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
+    k2 = cpu.kernel_hash(make(base.format(3.0, 3.0)), read=Path.read_bytes)
+    k1b = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
+    assert k1 != k2 and k1 == k1b

@@ -93,6 +93,13 @@ def _stable(v) -> str:
     return f"{type(v).__module__}.{type(v).__qualname__}:{getattr(v, '__module__', '')}.{name}"
 
 
+def _code_sig(code) -> str:
+    """A process-independent digest of a code object (for kernels with no source file)."""
+    consts = [_code_sig(c) if isinstance(c, types.CodeType) else _stable(c) for c in code.co_consts]
+    parts = [code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), *consts]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def kernel_sources(spec) -> tuple:
     """``(files, values)`` that the compiled kernels of ``spec`` depend on besides the
     generators: the spec's own module file and the files of every kernel reachable from
@@ -104,7 +111,7 @@ def kernel_sources(spec) -> tuple:
 
     files = set()
     mod = sys.modules.get(spec.module)
-    if getattr(mod, "__file__", None):
+    if getattr(mod, "__file__", None) and Path(mod.__file__).is_file():
         files.add(Path(mod.__file__).resolve())
     values = []
     uses_math = False
@@ -119,9 +126,14 @@ def kernel_sources(spec) -> tuple:
         if fn in overrides:
             files.add(_code_file(overrides[fn]) or Path(inspect.getfile(overrides[fn])))
             continue
-        files.add(_code_file(fn))
         g = fn.__globals__
         where = f"{fn.__module__}.{fn.__qualname__}"
+        f = _code_file(fn)
+        if f is not None and f.is_file():
+            files.add(f)
+        else:  # defined interactively or from a string: key on the code itself
+            values.append(f"{where}:<code>={_code_sig(fn.__code__)}")
+            values.append(f"{where}:<defaults>={_stable(fn.__defaults__)}")
         cells = [c.cell_contents for c in (fn.__closure__ or ())]
         values += [f"{where}:<closure {i}>={_stable(c)}" for i, c in enumerate(cells)]
         for name in sorted(_rebind._global_names(fn.__code__)):
