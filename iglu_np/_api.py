@@ -291,10 +291,11 @@ class Activation:
             raise TypeError(f"{self.name}: {e}") from None
 
     def _fast(self, kind, data, params, out):
-        """The common case without the general machinery: C-contiguous aligned float32/64
-        numpy arrays of one dtype and shape, scalar parameters, ``out`` None or a matching
-        array (or x/grad_out itself). Returns None to fall back to the general path, which
-        also produces every error message."""
+        """The common case without the general machinery: aligned float32/64 numpy arrays
+        of one dtype and shape whose memory is contiguous (C order; or Fortran/transposed,
+        then all laid out alike), scalar parameters, ``out`` None or a matching array (or
+        x/grad_out itself). Returns None to fall back to the general path, which also
+        produces every error message."""
         x = data[0]
         if type(x) is not np.ndarray:
             return None
@@ -302,8 +303,13 @@ class Activation:
         if (dt is not _F32 and dt is not _F64) or x.ndim == 0:
             return None
         fl = x.flags
-        if not (fl.c_contiguous and fl.aligned):
+        if not fl.aligned:
             return None
+        order = None  # C order; else the axis order of x's memory (cpu_fast.axis_order)
+        if not fl.c_contiguous:
+            order = (_FAST or _cpu_fast()).axis_order(x)
+            if order is None:
+                return None
         shape = x.shape
         g = None
         if len(data) == 2:
@@ -311,7 +317,8 @@ class Activation:
             if type(g) is not np.ndarray or g.dtype is not dt or g.shape != shape:
                 return None
             fl = g.flags
-            if not (fl.c_contiguous and fl.aligned):
+            if not ((fl.c_contiguous and fl.aligned) if order is None else
+                    (fl.aligned and _FAST.mem_flat(g, order) is not None)):
                 return None
         if params:
             vals = self._param_values(params)  # validates; raises the usual errors
@@ -322,12 +329,13 @@ class Activation:
         else:
             vals = self._defaults_tuple
         if out is None:
-            o = np.empty(shape, dt)
+            o = np.empty(shape, dt) if order is None else _FAST.empty_like_layout(shape, dt, order)
         else:
             if type(out) is not np.ndarray or out.dtype is not dt or out.shape != shape:
                 return None
             fl = out.flags
-            if not (fl.c_contiguous and fl.aligned and fl.writeable):
+            if not ((fl.c_contiguous and fl.aligned and fl.writeable) if order is None else
+                    (fl.aligned and fl.writeable and _FAST.mem_flat(out, order) is not None)):
                 return None
             # Two arrays that own their memory cannot overlap: skip the 0.5 us
             # may_share_memory for the usual preallocated buffers.
@@ -353,7 +361,12 @@ class Activation:
                     return o
             p = self._plan(kind, dt)
         loop, par_kernel = p
-        if x.ndim != 1:
+        if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
+            x = fast.mem_flat(x, order)
+            o1 = fast.mem_flat(o, order)
+            if g is not None:
+                g = fast.mem_flat(g, order)
+        elif x.ndim != 1:
             x = x.reshape(-1)
             o1 = o.reshape(-1)
             if g is not None:
@@ -363,7 +376,7 @@ class Activation:
         ins = (x,) if g is None else (x, g)
         if n >= fast.THRESHOLD and fast.numba.get_num_threads() > 1:
             # typed parameters: the dispatcher would type a Python float as float64
-            par_kernel(*ins, o1, True, *[dt.type(v) for v in vals])
+            fast.par_call(par_kernel, *ins, o1, True, *[dt.type(v) for v in vals])
         else:
             loop(*ins, o1, 0, n, *vals)
         return o

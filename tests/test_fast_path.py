@@ -2,8 +2,9 @@
 
 Both compile the same scalar kernels without fastmath, so results must agree bit for bit:
 on the accuracy sweep's points (so tests/accuracy.py's bounds carry over), threaded vs
-single-thread, odd sizes, and out= aliasing. Layouts the fast path does not take
-(strides, broadcasting, float16, partial overlap) must still give the ufunc's answer.
+single-thread, odd sizes, out= aliasing, and Fortran-ordered or transposed arrays (the
+loop runs over their memory and the result keeps their layout). Layouts the fast path does
+not take (gaps, broadcasting, float16, partial overlap) must still give the ufunc's answer.
 """
 import numpy as np
 import pytest
@@ -143,8 +144,10 @@ def test_layouts_outside_the_fast_path(dtype):
     u = iglu_np.iglu.ufunc
     strided = base[:, ::2]
     _same(iglu_np.iglu(strided, sigma=0.5), u(strided, dtype(0.5)))
-    fortran = np.asfortranarray(base)
-    _same(iglu_np.iglu(fortran), u(fortran, dtype(1.0)))
+    _same(iglu_np.iglu(base[::-1]), u(base[::-1], dtype(1.0)))  # negative strides
+    fortran = np.asfortranarray(base)  # fast path, but x and out laid out differently: not
+    o = np.empty(base.shape, dtype)
+    _same(iglu_np.iglu(fortran, out=o), u(fortran, dtype(1.0)))
     col = (np.abs(rng.standard_normal((64, 1))) + 0.1).astype(dtype)  # broadcast parameter
     _same(iglu_np.iglu(base, sigma=col), u(base, col))
     full = (np.abs(rng.standard_normal(base.shape)) + 0.1).astype(dtype)  # same-shape parameter
@@ -213,3 +216,147 @@ def test_small_calls_are_tiered():
         _same(hot, act.dx.ufunc(x, np.float32(0.7)))
     finally:
         cpu_fast.set_min_size(old)
+
+
+# ---------------------------------------------------------------- memory layouts
+def _layouts(rng, dtype, shape):
+    """(name, x, the same values in C order) for layouts contiguous in memory."""
+    c = (rng.standard_normal(shape) * 6).astype(dtype)
+    yield "C", c, c
+    yield "F", np.asfortranarray(c), c
+    yield "T", np.ascontiguousarray(c.T).T, c  # a transposed C array
+    if c.ndim == 3:
+        p = cpu_fast.empty_like_layout(shape, dtype, (2, 0, 1))  # neither C nor F
+        p[...] = c
+        yield "P", p, c
+
+
+def _strides(a):
+    return [s for s, n in zip(a.strides, a.shape) if n != 1]  # size-1 axes: any stride
+
+
+@pytest.fixture
+def no_ufunc(monkeypatch):
+    """Fail if the general ufunc path runs (the fast path must take the call)."""
+    def boom(*a, **k):
+        raise AssertionError("took the ufunc path")
+    monkeypatch.setattr(iglu_np.iglu, "_call_ufunc", boom)
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("shape", [(64, 33), (5, 6, 7), (3, 1, 40)], ids=str)
+@pytest.mark.parametrize("threads", ["threads_never", "threads_always"])
+def test_fortran_and_transposed_take_the_fast_path(shape, dtype, threads, request, no_ufunc):
+    request.getfixturevalue(threads)
+    rng = np.random.default_rng(7)
+    a = iglu_np.iglu
+    for lay, x, xc in _layouts(rng, dtype, shape):
+        assert cpu_fast.axis_order(x) is not None, lay
+        g = np.empty_like(x)  # same layout as x (order='K')
+        g[...] = rng.standard_normal(shape)
+        gc = np.ascontiguousarray(g)
+        sig = (np.abs(rng.standard_normal(shape)) + 0.2).astype(dtype)
+        sig_x = np.empty_like(x)
+        sig_x[...] = sig
+        for got, want in [
+            (a(x, sigma=0.7), a(xc, sigma=0.7)),
+            (a.dx(x, sigma=0.7), a.dx(xc, sigma=0.7)),
+            (a.backward(x, g, sigma=0.7), a.backward(xc, gc, sigma=0.7)),
+            (a.dparams(x, sigma=0.7)["sigma"], a.dparams(xc, sigma=0.7)["sigma"]),
+            # array parameters of x's shape: the general fast path (cpu_fast.run)
+            (a(x, sigma=sig), a(xc, sigma=sig)),
+            (a(x, sigma=sig_x), a(xc, sigma=sig)),
+            (a.backward(x, g, sigma=sig), a.backward(xc, gc, sigma=sig)),
+        ]:
+            _same(got, want)
+            assert _strides(got) == _strides(x), (lay, got.strides, x.strides)  # x's layout kept
+            assert got.flags.f_contiguous == x.flags.f_contiguous
+            assert got.flags.c_contiguous == x.flags.c_contiguous
+        _same(a(x, sigma=0.7), a.ufunc(x, dtype(0.7)))
+        # out= in x's layout, and in place
+        o = np.empty_like(x)
+        assert a(x, sigma=0.7, out=o) is o
+        _same(o, a(xc, sigma=0.7))
+        y = x.copy(order="K")
+        assert a.backward(x, y, out=y) is y
+        _same(y, a.backward(xc, np.ascontiguousarray(x)))
+        # parameter gradients: summed in memory order, so close to (not bitwise) C order
+        bp = a.backward_params(x, g, sigma=0.7)["sigma"]
+        bc = a.backward_params(xc, gc, sigma=0.7)["sigma"]
+        assert bp.shape == () and bp.dtype == dtype
+        np.testing.assert_allclose(bp, bc, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_axis_order_and_mem_flat():
+    c = np.arange(24.0).reshape(2, 3, 4)
+    assert cpu_fast.axis_order(c) == (0, 1, 2)
+    assert cpu_fast.axis_order(np.asfortranarray(c)) == (2, 1, 0)
+    assert cpu_fast.axis_order(c.transpose(1, 2, 0)) == (2, 0, 1)
+    flat = cpu_fast.mem_flat(c.transpose(1, 2, 0), (2, 0, 1))
+    assert np.shares_memory(flat, c) and (flat == c.reshape(-1)).all()
+    assert cpu_fast.axis_order(c[:, ::2]) is None  # gaps
+    assert cpu_fast.axis_order(c[::-1]) is None  # negative stride
+    assert cpu_fast.axis_order(np.broadcast_to(c[:1], c.shape)) is None  # stride 0
+    assert cpu_fast.mem_flat(c, (2, 1, 0)) is None  # not laid out that way
+    e = cpu_fast.empty_like_layout((2, 3, 4), np.float32, (2, 0, 1))
+    assert cpu_fast.axis_order(e) == (2, 0, 1) and e.shape == (2, 3, 4)
+
+
+def test_compiled_loops_release_the_gil():
+    """Threads calling activations run at once: every fast-path loop is nogil (checked on
+    the dispatchers; the speed-up itself is measured, not asserted)."""
+    mod = cpu_fast._module(iglu_np.iglu.spec)
+    for kind in ("fwd", "dx", "bwd", "d_sigma", "bwd_sigma"):
+        assert getattr(mod, "l_" + kind).targetoptions["nogil"] is True, kind
+    for par in (False, True):
+        assert cpu_fast.kernel("iglu", "fwd", par).targetoptions["nogil"] is True
+        assert cpu_fast.kernel("iglu", "r_sigma", par).targetoptions["nogil"] is True
+
+
+def test_threads_calling_at_once_get_their_own_results():
+    import threading
+
+    rng = np.random.default_rng(11)
+    xs = [(rng.standard_normal(70_000) * 5).astype(np.float32) for _ in range(4)]
+    want = [iglu_np.iglu.ufunc(x, np.float32(0.6)) for x in xs]
+    got = [None] * len(xs)
+
+    def work(i):
+        for _ in range(20):
+            got[i] = iglu_np.iglu(xs[i], sigma=0.6)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for g, w in zip(got, want):
+        _same(g, w)
+
+
+def test_threads_launching_parallel_loops_under_workqueue():
+    """Numba's workqueue layer aborts the process on concurrent parallel launches; with
+    the GIL released those must be serialised (cpu_fast.par_call)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import threading, numpy as np, numba, iglu_np\n"
+        "from iglu_np.backends import cpu_fast\n"
+        "cpu_fast.set_threshold(1024)\n"
+        "xs = [np.linspace(-9, 9, 50_000 + i, dtype=np.float32) for i in range(3)]\n"
+        "want = [iglu_np.iglu.ufunc(x, np.float32(1.0)) for x in xs]\n"
+        "def work(i):\n"
+        "    for _ in range(30):\n"
+        "        assert (iglu_np.iglu(xs[i]) == want[i]).all()\n"
+        "        iglu_np.iglu.backward_params(xs[i], xs[i])\n"
+        "ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(numba.threading_layer())\n"
+    )
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue", NUMBA_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("workqueue")

@@ -1,19 +1,23 @@
 """Structural guard for the CPU fast path's speed: the element loops of the paper's table
 activations compile to packed SIMD code and call no libm function.
 
-Read from the assembly (:func:`iglu_np.backends.cpu_fast.simd_report`), never timed. A
+Read from the assembly (:func:`iglu_np.backends.x86_asm.simd_report`), never timed. A
 kernel edit that reintroduces a data-dependent branch LLVM will not if-convert, a loop
 left inside the element loop or a libm call makes these fail; run
 ``python tools/simd_report.py <name>`` to see which kind and dtype.
 """
 import math
+import platform
 
 import numba
 import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu_fast
+from iglu_np.backends import x86_asm
+
+pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                                reason="inspects x86-64 assembly")
 
 DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
@@ -25,7 +29,7 @@ KNOWN_SCALAR: set = set()
 
 
 def _check(name, kind, dtype):
-    r = cpu_fast.simd_report(name, kind, dtype)
+    r = x86_asm.simd_report(name, kind, dtype)
     assert r["simd"] and not r["libm"], f"{name}.{kind} {np.dtype(dtype).name}: {r}"
 
 
@@ -57,9 +61,9 @@ def _stats_of(fn, dtype=np.float64):
     arr = numba.types.Array(t, 1, "C")
     sig = (arr, arr)
     loop.compile(sig)
-    for fname, lines in cpu_fast._functions(loop.inspect_asm(sig)).items():
+    for fname, lines in x86_asm.functions(loop.inspect_asm(sig)).items():
         if not fname.startswith(("_ZN7cpython", "cfunc.")) and "_loop" in fname:
-            return cpu_fast._loop_stats(lines)
+            return x86_asm.loop_stats(lines)
     raise AssertionError("function not found in the assembly")
 
 
@@ -96,7 +100,97 @@ def test_detector_on_synthetic_assembly():
         "\tjne\t.LBB0_2",
         "\tretq",
     ])
-    (name, lines), = cpu_fast._functions(asm).items()
-    assert name == "f" and cpu_fast._loops(lines) == [(1, 5), (6, 10)]
-    st = cpu_fast._loop_stats(lines)
+    (name, lines), = x86_asm.functions(asm).items()
+    assert name == "f" and x86_asm.loops(lines) == [(1, 5), (6, 10)]
+    st = x86_asm.loop_stats(lines)
     assert st == {"packed": 1, "simd": True, "calls": ["expf"]}
+
+
+def _listing(pre, body):
+    return "\n".join(["f:", *pre, ".LBB0_1:", *body, "\tjne\t.LBB0_1", "\tretq"])
+
+
+@pytest.mark.parametrize("load", [
+    "\tmovabsq\t$atan, %rbx",
+    "\tleaq\tatan(%rip), %rbx",
+    "\tmovq\tatan@GOTPCREL(%rip), %rbx",
+    "\tmovl\t$atan, %ebx",
+], ids=["movabsq", "leaq-rip", "gotpcrel", "movl-32"])
+def test_detector_follows_calls_through_registers_loaded_before_the_loop(load):
+    # LLVM (znver4, and haswell with LLVM 22) hoists the callee's address out of the
+    # loop into a callee-saved register: the call inside the loop names no symbol.
+    asm = _listing([load, "\txorl\t%r12d, %r12d"],
+                   ["\tvmovsd\t(%r15,%r12,8), %xmm0", "\tcallq\t*%rbx", "\tincq\t%r12"])
+    (_, lines), = x86_asm.functions(asm).items()
+    assert x86_asm.loop_stats(lines) == {"packed": 0, "simd": False, "calls": ["atan"]}
+
+
+def test_detector_register_overwritten_after_the_load_stays_unresolved():
+    asm = _listing(["\tmovabsq\t$atan, %rbx", "\tmovq\t%rdi, %rbx"], ["\tcallq\t*%rbx"])
+    (_, lines), = x86_asm.functions(asm).items()
+    assert x86_asm.loop_stats(lines)["calls"] == ["*%rbx"]  # unknown callee: still a call
+    # a compare or test reads the register and does not hide the load
+    asm = _listing(["\tmovabsq\t$expf, %r14", "\ttestq\t%rdi, %r14"], ["\tcallq\t*%r14"])
+    (_, lines), = x86_asm.functions(asm).items()
+    assert x86_asm.loop_stats(lines)["calls"] == ["expf"]
+
+
+def test_detector_runtime_calls_through_registers_are_not_libm():
+    asm = _listing(["\tmovabsq\t$NRT_decref, %r13"],
+                   ["\tvaddps\t%ymm0, %ymm1, %ymm1", "\tcallq\t*%r13"])
+    (_, lines), = x86_asm.functions(asm).items()
+    assert x86_asm.loop_stats(lines) == {"packed": 1, "simd": True, "calls": []}
+
+
+# The vectorisation facts must hold whatever x86 CPU the tests run on: compile for an
+# AVX2 and two AVX-512 targets (Numba's CPU name override) in fresh processes. Only the
+# assembly is inspected; nothing compiled for another CPU is run.
+_CPU_PROBE = r"""
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from test_vectorised import _atan_loop, _mul_loop, _stats_of
+from iglu_np.backends import x86_asm
+print(json.dumps({{
+    "atan": _stats_of(_atan_loop),
+    "mul": _stats_of(_mul_loop, np.float32),
+    "loops": {{f"{{n}}-{{k}}-{{d}}": x86_asm.simd_report(n, k, d) for n in {names!r}
+               for k in ("fwd", "bwd") for d in ("float32", "float64")}},
+}}))
+"""
+CPUS = ["haswell", "skylake-avx512", "znver4"]  # AVX2, AVX-512 (Intel), AVX-512 (AMD)
+
+
+def _probe(cpu, names):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu)
+    env.pop("NUMBA_CPU_FEATURES", None)  # the named CPU's own features
+    code = _CPU_PROBE.format(tests=os.path.dirname(os.path.abspath(__file__)), names=names)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    atan, mul = res["atan"], res["mul"]
+    assert not atan["simd"] and any("atan" in c for c in atan["calls"]), (cpu, atan)
+    assert mul["simd"] and mul["packed"] > 0 and not mul["calls"], (cpu, mul)
+    bad = {k: st for k, st in res["loops"].items()
+           if (not st["simd"] or st["libm"]) and tuple(k.rsplit("-", 2)) not in _KNOWN}
+    assert not bad, (cpu, bad)
+
+
+_KNOWN = {(n, k, np.dtype(d).name) for n, k, d in KNOWN_SCALAR}
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_detector_and_iglu_loops_on_other_cpus(cpu):
+    _probe(cpu, ["iglu"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", CPUS)
+def test_paper_table_loops_on_other_cpus(cpu):
+    _probe(cpu, PAPER)

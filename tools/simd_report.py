@@ -3,7 +3,7 @@
     python tools/simd_report.py [names...] [--kinds fwd,bwd] [--dtypes float32,float64]
 
 Prints a Markdown table from the compiled assembly of each element loop
-(:func:`iglu_np.backends.cpu_fast.simd_report`). Compiles every loop it reports on
+(:func:`iglu_np.backends.x86_asm.simd_report`). Compiles every loop it reports on
 (about a second each on an idle core).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 import iglu_np
-from iglu_np.backends import cpu, cpu_fast
+from iglu_np.backends import cpu, x86_asm
 
 
 def main(argv=None) -> int:
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
                 continue
             cells = []
             for d in dts:
-                r = cpu_fast.simd_report(name, kind, d)
+                r = x86_asm.simd_report(name, kind, d)
                 bad += not r["simd"] or bool(r["libm"])
                 cells.append(f"{'yes' if r['simd'] else 'NO'} ({r['packed']}) | "
                              f"{', '.join(r['libm']) or '-'}")

@@ -2,8 +2,13 @@
 
 For each activation a small Python module is generated (one thin, fixed-arity wrapper per
 kernel kind) and written to a cache directory, so Numba's on-disk cache can key on a
-real file. The file name carries a hash of the whole package source and the Numba
-version: editing any kernel or helper gives new files and never a stale cache entry.
+real file. The file name carries :func:`kernel_hash`, a hash of what that activation's
+kernels are compiled from: its spec file, the files of every helper kernel it reaches
+(``_math.py``, another activation's module...), ``_vmath.py`` where it uses ``math``
+or ``horner``, the values of the globals its kernels read, the code generators and the
+Numba version. Editing one activation recompiles that activation alone; editing a helper
+recompiles the activations that use it; never a stale cache entry (Numba's own index
+keys a function on its bytecode only, not on the functions it calls).
 
 Kernel kinds for an activation with parameters ``p1..pk``:
 
@@ -20,6 +25,8 @@ kind       inputs                 value
 from __future__ import annotations
 
 import hashlib
+import inspect
+import math
 import os
 import sys
 import tempfile
@@ -30,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .._spec import REGISTRY
+from . import _rebind
 from ._rebind import Rebinder
 
 _PKG_DIR = Path(__file__).resolve().parent.parent
@@ -48,32 +56,139 @@ def n_inputs(spec, kind: str) -> int:
     return len(spec.params) + (2 if kind.startswith("bwd") else 1)
 
 
-_KERNEL_SOURCES = {
-    "_spec.py", "_math.py", "_vmath.py",
-    "backends/_rebind.py", "backends/cpu.py", "backends/cpu_fast.py",
-}
+# The code generators every CPU kernel goes through (cpu_fast.py is added for the loops).
+_GENERATORS = ("_spec.py", "backends/_rebind.py", "backends/cpu.py")
 
 
-def source_hash() -> str:
-    """Hash of the files CPU kernels are compiled from, plus the Numba version.
+def _overrides() -> dict:
+    """Helpers the CPU backend replaces: straight-line Horner (a loop left in a kernel
+    keeps the element loop scalar)."""
+    from .. import _math, _vmath
 
-    Only kernel sources count (specs, helpers, the CPU backends): an edit to the trainer,
-    the CLI or a GPU backend must not recompile every ufunc."""
-    h = _state.get("hash")
+    return {_math.horner: _vmath.horner}
+
+
+def _code_file(v):
+    """The source file of a function or Numba dispatcher ``v``, if it has one."""
+    code = getattr(getattr(v, "py_func", v), "__code__", None)
+    return Path(code.co_filename).resolve() if code is not None else None
+
+
+def _stable(v) -> str:
+    """A representation of a global value that is the same in every process (no ids)."""
+    import numpy as np
+
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        return f"{type(v).__name__}:{v!r}"
+    if isinstance(v, (tuple, list)):
+        return f"{type(v).__name__}(" + ",".join(_stable(e) for e in v) + ")"
+    if isinstance(v, np.ndarray):
+        return f"ndarray({v.dtype.str},{v.shape},{hashlib.sha256(v.tobytes()).hexdigest()})"
+    if isinstance(v, np.generic):
+        return f"{v.dtype.str}:{v.item()!r}"
+    if isinstance(v, dict):
+        return "dict(" + ",".join(f"{_stable(k)}:{_stable(e)}" for k, e in sorted(
+            v.items(), key=lambda kv: repr(kv[0]))) + ")"
+    name = getattr(v, "__qualname__", None) or getattr(v, "__name__", None) or ""
+    return f"{type(v).__module__}.{type(v).__qualname__}:{getattr(v, '__module__', '')}.{name}"
+
+
+def _code_sig(code) -> str:
+    """A process-independent digest of a code object (for kernels with no source file)."""
+    consts = [_code_sig(c) if isinstance(c, types.CodeType) else _stable(c) for c in code.co_consts]
+    parts = [code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), *consts]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def kernel_sources(spec) -> tuple:
+    """``(files, values)`` that the compiled kernels of ``spec`` depend on besides the
+    generators: the spec's own module file and the files of every kernel reachable from
+    ``f``, ``dx`` and ``dparams`` through their globals (as :class:`Rebinder` follows
+    them), ``_vmath.py`` where ``math`` or an overridden helper is used; and ``values``,
+    ``"<kernel>:<global>=<value>"`` for the other globals they read (Numba freezes those
+    at compile time, wherever they were defined)."""
+    from .._spec import is_kernel
+
+    files = set()
+    mod = sys.modules.get(spec.module)
+    if getattr(mod, "__file__", None) and Path(mod.__file__).is_file():
+        files.add(Path(mod.__file__).resolve())
+    values = []
+    uses_math = False
+    overrides = _overrides()
+    seen = set()
+    todo = [spec.f, spec.dx, *spec.dparams.values()]
+    while todo:
+        fn = todo.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        if fn in overrides:
+            files.add(_code_file(overrides[fn]) or Path(inspect.getfile(overrides[fn])))
+            continue
+        g = fn.__globals__
+        where = f"{fn.__module__}.{fn.__qualname__}"
+        f = _code_file(fn)
+        if f is not None and f.is_file():
+            files.add(f)
+        else:  # defined interactively or from a string: key on the code itself
+            values.append(f"{where}:<code>={_code_sig(fn.__code__)}")
+            values.append(f"{where}:<defaults>={_stable(fn.__defaults__)}")
+        cells = [c.cell_contents for c in (fn.__closure__ or ())]
+        values += [f"{where}:<closure {i}>={_stable(c)}" for i, c in enumerate(cells)]
+        for name in sorted(_rebind._global_names(fn.__code__)):
+            if name not in g:
+                continue  # a builtin or an attribute name
+            v = g[name]
+            if v is fn:
+                continue
+            if _rebind._hashable(v) and is_kernel(v):
+                todo.append(v)
+            elif v is math:
+                uses_math = True
+            elif isinstance(v, types.ModuleType):
+                f = getattr(v, "__file__", None)
+                if f and Path(f).resolve().is_relative_to(_PKG_DIR):
+                    files.add(Path(f).resolve())  # kernels reading mod.attr
+            else:
+                f = _code_file(v)
+                if f is not None and f.is_relative_to(_PKG_DIR):
+                    files.add(f)  # e.g. an njit helper of the package
+                values.append(f"{where}:{name}={_stable(v)}")
+    if uses_math:
+        from .. import _vmath
+
+        if _vmath.enabled():
+            files.add(Path(_vmath.__file__).resolve())
+    files.discard(None)
+    return sorted(files), values
+
+
+def kernel_hash(spec, extra: tuple = (), read=None) -> str:
+    """The cache key of ``spec``'s CPU kernels (16 hex digits): Numba's version, libm or
+    vectorised math, the generator files (plus ``extra``, package-relative), and
+    :func:`kernel_sources`. ``read(path) -> bytes`` replaces reading the files (tests)."""
+    key = ("hash", spec.name, extra)
+    h = _state.get(key) if read is None else None
     if h is None:
         import numba
 
         from .. import _vmath
 
+        rd = read or Path.read_bytes
         d = hashlib.sha256(numba.__version__.encode())
         d.update(b"vmath" if _vmath.enabled() else b"libm")  # IGLU_NP_VMATH=0 compiles apart
-        for p in sorted(_PKG_DIR.rglob("*.py")):
-            rel = p.relative_to(_PKG_DIR)
-            if not (rel.parts[0] == "activations" or str(rel) in _KERNEL_SOURCES):
-                continue
-            d.update(str(p.relative_to(_PKG_DIR)).encode())
-            d.update(p.read_bytes())
-        h = _state["hash"] = d.hexdigest()[:16]
+        files, values = kernel_sources(spec)
+        paths = {_PKG_DIR / rel for rel in (*_GENERATORS, *extra)} | set(files)
+        for p in sorted(paths):
+            label = p.relative_to(_PKG_DIR) if p.is_relative_to(_PKG_DIR) else p
+            d.update(f"\0file {label}\0".encode())
+            d.update(rd(p))
+        for v in values:
+            d.update(f"\0value {v}\0".encode())
+        h = d.hexdigest()[:16]
+        if read is None:
+            _state[key] = h
     return h
 
 
@@ -117,12 +232,9 @@ def _rebinder() -> Rebinder:
         # take 554 s to compile cold against 56 s, for the same machine code.
         # error_model='numpy': a division by zero gives inf/nan instead of a branch to
         # raise (no SIMD then).
-        from .. import _math
-
         rb = _state["rebinder"] = Rebinder(
             lambda f: numba.njit(forceinline=True, error_model="numpy", cache=False)(f),
-            # straight-line Horner: a loop left in a kernel keeps the element loop scalar
-            {_math.horner: _vmath.horner},
+            _overrides(),
             # elementary functions that vectorise (libm's are scalar calls)
             math_ns=_vmath.MATH if _vmath.enabled() else None,
         )
@@ -149,7 +261,7 @@ def _module(spec):
     if mod is not None:
         return mod
     src = _wrapper_source(spec)
-    h = source_hash()
+    h = kernel_hash(spec)
     modname = f"iglu_np._generated_cpu_{spec.name}_{h}"
     path = _gen_dir() / f"{spec.name}_{h}.py"
     if not path.exists() or path.read_text() != src:

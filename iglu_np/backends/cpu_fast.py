@@ -5,17 +5,22 @@ casting) but slow where it matters most: a scalar parameter reaches a ``@vectori
 loop with stride 0, which keeps Numba on its generic scalar loop, and a ufunc runs on one
 thread. For the common case
 
-* ``x`` (and ``grad_out``) a C-contiguous float32/float64 ``numpy.ndarray``, same dtype,
+* ``x`` (and ``grad_out``) a float32/float64 ``numpy.ndarray`` whose memory is contiguous
+  in some axis order (C, Fortran, any transpose of those; see :func:`axis_order`), same
+  dtype, and ``grad_out`` laid out like ``x``,
 * every parameter a scalar or an array of ``x``'s shape,
-* ``out`` None or a C-contiguous array of ``x``'s dtype and shape (``out is x`` is fine),
+* ``out`` None or an array of ``x``'s dtype and shape laid out like ``x`` (``out is x`` is
+  fine),
 
-:func:`run` calls an ``@njit(parallel=True)`` loop over the flat arrays instead. The loop
+:func:`run` calls an ``@njit(parallel=True)`` loop over the flat memory instead (the
+result has ``x``'s layout, as a numpy ufunc's with ``order='K'``). The loop
 body is the *same* compiled scalar kernel the ufunc calls (rebound with vectorisable math,
 no fastmath), so the fast path and ``.ufunc`` agree bit for bit, and a threaded run agrees
 bit for bit with a single-thread one (elementwise work has no order). Arrays of at least
 :data:`THRESHOLD` elements run on ``numba.get_num_threads()`` threads (Numba's settings:
 ``NUMBA_NUM_THREADS``, ``numba.set_num_threads``); smaller ones stay on the calling thread,
-where a thread launch would cost more than it saves.
+where a thread launch would cost more than it saves. Every compiled loop releases the
+GIL (``nogil=True``): Python threads calling activations on different arrays run at once.
 
 Parameter gradients (``backward_params``) with scalar parameters are reduced in the loop:
 fixed blocks of :data:`RBLOCK` elements are summed in float64 with 8 interleaved partial
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 
 import numba
@@ -42,6 +48,9 @@ __all__ = ["run", "backward_params", "THRESHOLD", "kernel"]
 _F32 = np.dtype(np.float32)
 _CACHE = os.environ.get("IGLU_NP_FAST_NOCACHE", "") == ""
 _F64 = np.dtype(np.float64)
+# Options of every compiled loop: division by zero gives inf/nan (no branch to raise,
+# which would keep the loop scalar), and the GIL is released while it runs.
+_JIT = dict(error_model="numpy", nogil=True)
 
 # Elements per thread task in parallel loops (multiple of 64: whole cache lines and SIMD
 # vectors per block) and per reduction block.
@@ -114,7 +123,7 @@ def _ov_sl(p, lo, hi):
     return lambda p, lo, hi: p
 
 
-@numba.njit(inline="always", error_model="numpy", cache=True)
+@numba.njit(inline="always", cache=True, **_JIT)
 def _lanesum(buf, m):
     # Eight interleaved sums in a fixed order: SLP/loop vectorisable without fastmath,
     # and the same result on every run and thread count.
@@ -151,7 +160,7 @@ def _source(spec) -> str:
     for kind, (ins, expr) in calls.items():
         # The element loop is one function (l_<kind>) that both the single-thread path
         # and every prange block call: one hot loop to vectorise and to inspect
-        # (simd_report), compiled without the parfor machinery around it.
+        # (iglu_np.backends.x86_asm.simd_report), compiled without the parfor machinery around it.
         # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
         # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
         sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins.split(", ") + ["out"])
@@ -208,7 +217,7 @@ def _module(spec):
         if mod is not None:
             return mod
         src = _source(spec)
-        h = cpu.source_hash()
+        h = cpu.kernel_hash(spec, extra=("backends/cpu_fast.py",))
         modname = f"iglu_np._generated_cpu_fast_{spec.name}_{h}"
         path = cpu._gen_dir() / f"fast_{spec.name}_{h}.py"
         if not path.exists() or path.read_text() != src:
@@ -226,9 +235,9 @@ def _module(spec):
         sys.modules[modname] = mod
         exec(compile(src, str(path), "exec"), ns)
         for kind in cpu.kernel_kinds(spec):
-            ns["l_" + kind] = numba.njit(error_model="numpy", cache=_CACHE)(ns["l_" + kind])
+            ns["l_" + kind] = numba.njit(cache=_CACHE, **_JIT)(ns["l_" + kind])
         for p in spec.param_names:
-            ns[f"_blk_{p}"] = numba.njit(inline="always", error_model="numpy", cache=True)(
+            ns[f"_blk_{p}"] = numba.njit(inline="always", cache=True, **_JIT)(
                 ns[f"_blk_{p}"])
         _mods[spec.name] = mod
         return mod
@@ -246,7 +255,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
     if k is None:
         mod = _module(REGISTRY[name])
         fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)
-        k = numba.njit(parallel=parallel, error_model="numpy", cache=_CACHE)(fn)
+        k = numba.njit(parallel=parallel, cache=_CACHE, **_JIT)(fn)
         _kernels[key] = k
     return k
 
@@ -275,10 +284,46 @@ def plan(name: str, kind: str, dt: np.dtype):
     return p
 
 
+# --------------------------------------------------------------------------- layouts
+def axis_order(a: np.ndarray):
+    """The axes of ``a`` from outermost to innermost in memory when its elements fill one
+    contiguous block with positive strides (``a.transpose(order)`` is C-contiguous):
+    ``(0, 1, ...)`` for C order, reversed for Fortran order, any permutation for a
+    transpose of either. None otherwise (gaps, negative strides, broadcast axes)."""
+    if a.flags.c_contiguous:
+        return tuple(range(a.ndim))
+    if a.flags.f_contiguous:
+        return tuple(range(a.ndim - 1, -1, -1))
+    shape, st = a.shape, a.strides
+    # size-1 axes first: their stride is meaningless; then by decreasing stride
+    order = tuple(sorted(range(a.ndim), key=lambda i: (shape[i] != 1, -st[i])))
+    return order if a.transpose(order).flags.c_contiguous else None
+
+
+def mem_flat(a: np.ndarray, order):
+    """The 1-d view of ``a``'s elements in the memory order given by ``order`` (from
+    :func:`axis_order` of ``x``), or None when ``a`` is not laid out that way."""
+    if a.flags.c_contiguous and order == tuple(range(a.ndim)):
+        return a.reshape(-1)
+    t = a.transpose(order)
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
+def empty_like_layout(shape, dt, order):
+    """An uninitialised array of ``shape`` laid out in the axis ``order``."""
+    if order == tuple(range(len(shape))):
+        return np.empty(shape, dt)
+    inv = [0] * len(order)
+    for k, ax in enumerate(order):
+        inv[ax] = k
+    return np.empty(tuple(shape[ax] for ax in order), dt).transpose(inv)
+
+
 # --------------------------------------------------------------------------- dispatch
-def _param(v, dt, shape):
+def _param(v, dt, shape, order=None):
     """A parameter as the kernel takes it: a numpy scalar of dtype ``dt``, a flat
-    contiguous array of x's shape, or None when the fast path does not apply."""
+    contiguous array of x's shape (in x's memory order ``order``), or None when the fast
+    path does not apply."""
     tv = type(v)
     if tv is float or tv is int:
         return dt.type(v)
@@ -288,18 +333,45 @@ def _param(v, dt, shape):
         if v.ndim == 0:
             return dt.type(v[()])
         if v.shape == shape:
+            if order is not None and order != tuple(range(len(shape))):
+                v = v.transpose(order)
             return np.ascontiguousarray(v, dtype=dt).reshape(-1)
     return None
 
 
-def _flat_in(a, dt, shape):
-    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+def _flat_in(a, dt, shape, order=None):
+    """``a`` as a 1-d view over its memory when it is a ``dt`` array of ``shape`` laid out
+    in the axis ``order`` (default: its own, if it has one), else None."""
+    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    return a.reshape(-1)
+    if order is None:
+        order = axis_order(a)
+        if order is None:
+            return None
+    return mem_flat(a, order)
 
 
 def _parallel(n: int) -> bool:
     return n >= THRESHOLD and numba.get_num_threads() > 1
+
+
+_par_lock = threading.Lock()
+_par_threadsafe = False
+
+
+def par_call(k, *args):
+    """Call the parallel (``prange``) kernel ``k``. The loops release the GIL, so two
+    Python threads can launch at once; Numba's ``workqueue`` threading layer (the one
+    left when neither OpenMP nor TBB is available) aborts the process on concurrent
+    launches, so launches are serialised until the layer is known to be thread-safe
+    (``omp``, ``tbb``). Each launch uses every Numba thread anyway."""
+    global _par_threadsafe
+    if _par_threadsafe:
+        return k(*args)
+    with _par_lock:
+        r = k(*args)
+        _par_threadsafe = numba.threading_layer() in ("omp", "tbb")
+    return r
 
 
 def run(act, kind: str, vals: list, cdt, out, n_data: int):
@@ -310,25 +382,28 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
     if type(x) is not np.ndarray or x.ndim == 0:
         return None
     shape = x.shape
-    xf = _flat_in(x, cdt, shape)
+    order = axis_order(x)
+    if order is None:
+        return None
+    xf = _flat_in(x, cdt, shape, order)
     if xf is None or xf.size < MIN_SIZE:
         return None
     ins = [xf]
     if n_data == 2:
-        gf = _flat_in(vals[1], cdt, shape)
+        gf = _flat_in(vals[1], cdt, shape, order)
         if gf is None:
             return None
         ins.append(gf)
     ps = []
     for v in vals[n_data:]:
-        pv = _param(v, cdt, shape)
+        pv = _param(v, cdt, shape, order)
         if pv is None:
             return None
         ps.append(pv)
     if out is None:
-        o = np.empty(shape, cdt)
+        o = empty_like_layout(shape, cdt, order)
     else:
-        if out.dtype != cdt or out.shape != shape or not out.flags.c_contiguous:
+        if out.dtype != cdt or out.shape != shape or mem_flat(out, order) is None:
             return None
         # Exact aliasing (out is x) is safe elementwise; partial overlap is left to numpy,
         # which buffers it.
@@ -342,7 +417,11 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
                 return None
         o = out
     par = _parallel(xf.size)
-    kernel(act.name, kind, par)(*ins, o.reshape(-1), par, *ps)
+    k = kernel(act.name, kind, par)
+    if par:
+        par_call(k, *ins, mem_flat(o, order), par, *ps)
+    else:
+        k(*ins, mem_flat(o, order), par, *ps)
     return o
 
 
@@ -354,8 +433,13 @@ def backward_params(act, vals: list, cdt):
     if type(x) is not np.ndarray:
         return None
     shape = x.shape
-    xf = _flat_in(x, cdt, shape)
-    gf = _flat_in(vals[1], cdt, shape)
+    order = axis_order(x)
+    if order is None:
+        return None
+    # summed in memory order (like numpy's order='K' reductions): a Fortran-ordered x
+    # may round differently from its C-ordered copy
+    xf = _flat_in(x, cdt, shape, order)
+    gf = _flat_in(vals[1], cdt, shape, order)
     if xf is None or gf is None:
         return None
     ps = []
@@ -381,128 +465,9 @@ def backward_params(act, vals: list, cdt):
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
+        elif par:
+            par_call(kernel(act.name, "r_" + p, par), xf, gf, part, par, *ps)
         else:
             kernel(act.name, "r_" + p, par)(xf, gf, part, par, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
-
-
-# --------------------------------------------------------------------------- diagnostics
-import re as _re
-
-# Calls into Numba's own runtime (thread pool, NRT, GIL, error printing) are not part of
-# the element loop; anything else called from a kernel is a libm/external function.
-_RUNTIME = _re.compile(
-    r"^(get_num_threads|set_num_threads|get_parallel_chunksize|set_parallel_chunksize|"
-    r"get_sched_size|allocate_sched|deallocate_sched|do_scheduling_(un)?signed|"
-    r"numba_\w+|NRT_\w+|Py\w+|_Py\w+|printf|__gufunc__\.\S+|get_thread_id|memset|memcpy|"
-    r"memmove)$"
-)
-# Packed floating-point arithmetic on 256/512-bit registers (moves, shuffles and
-# broadcasts excluded: they appear in scalar code too).
-_PACKED = _re.compile(
-    r"^\s*(v(?:fn?m(?:add|sub)\w*|add|sub|mul|div|max|min|sqrt|rcp14|rsqrt14|cmp\w*|blendm|"
-    r"blendv|fixupimm|rndscale|getexp|getmant|scalef|range|and|andn|or|xor|cvt\w+)p[sd])\s+(.*)$"
-)
-_GATHER = _re.compile(r"^\s*v(p?gather|p?scatter)\w*\s")
-_LABEL = _re.compile(r"^(\.?[\w.$]+):")
-_JUMP = _re.compile(r"^\s*j\w+\s+(\.\w+)")
-_CALL_REG = _re.compile(r"^\s*callq?\s+\*%(\w+)")
-_CALL_SYM = _re.compile(r"^\s*callq?\s+([\w.$@]+)")
-_MOVABS = _re.compile(r"^\s*movabsq\s+\$([\w.$@]+),\s*%(\w+)")
-
-
-def _functions(asm: str) -> dict:
-    """Split an assembly listing into ``{function label: [lines]}``."""
-    funcs, cur = {}, None
-    for line in asm.splitlines():
-        m = _LABEL.match(line)
-        if m and not m.group(1).startswith(".") and not line.startswith("\t"):
-            cur = m.group(1)
-            funcs[cur] = []
-        elif cur is not None:
-            funcs[cur].append(line)
-    return funcs
-
-
-def _loops(lines: list) -> list:
-    """(start, end) line ranges of loops: a label and the last backward jump to it."""
-    where = {}
-    spans = {}
-    for i, line in enumerate(lines):
-        m = _LABEL.match(line)
-        if m:
-            where[m.group(1)] = i
-            continue
-        m = _JUMP.match(line)
-        if m and m.group(1) in where:
-            spans[m.group(1)] = (where[m.group(1)], i)
-    return sorted(spans.values())
-
-
-def _calls(lines: list) -> list:
-    regs, out = {}, []
-    for line in lines:
-        m = _MOVABS.match(line)
-        if m:
-            regs[m.group(2)] = m.group(1)
-            continue
-        m = _CALL_REG.match(line)
-        if m:
-            out.append(regs.get(m.group(1), "*%" + m.group(1)))
-            continue
-        m = _CALL_SYM.match(line)
-        if m:
-            out.append(m.group(1))
-    return out
-
-
-def _loop_stats(lines: list) -> dict:
-    """Packed-SIMD and external-call facts of the loops of one function."""
-    best_packed, vec_loops, ext = 0, 0, set()
-    for a, b in _loops(lines):
-        body = lines[a:b + 1]
-        packed = 0
-        for line in body:
-            m = _PACKED.match(line)
-            if m and ("%ymm" in m.group(2) or "%zmm" in m.group(2)):
-                packed += 1
-        calls = [c for c in _calls(body) if not _RUNTIME.match(c)]
-        ext.update(calls)
-        # gathers/scatters: vectorised addressing that is slower than scalar code
-        gather = any(_GATHER.match(line) for line in body)
-        if packed and not calls and not gather:
-            vec_loops += 1
-        best_packed = max(best_packed, packed)
-    return {"packed": best_packed, "simd": vec_loops > 0, "calls": sorted(ext)}
-
-
-def simd_report(name: str, kind: str, dtype) -> dict:
-    """Whether the fast-path loops of ``kind`` vectorise, from the compiled assembly.
-
-    Inspects ``l_<kind>``, the element loop that the single-thread path and every prange
-    block of ``k_<kind>`` call, compiled for ``dtype`` with scalar parameters. Returns
-    ``{"simd": bool, "packed": int, "libm": [symbols]}``: ``simd`` is true when a loop
-    contains packed floating-point arithmetic on ymm/zmm registers and calls nothing;
-    ``packed`` is the largest count of such instructions in one loop; ``libm`` lists the
-    non-runtime functions called from inside any loop (libm's ``atanf``...).
-    """
-    dt = np.dtype(dtype)
-    nbt_dt = numba.from_dtype(dt)
-    arr = nbt.Array(nbt_dt, 1, "C")
-    spec = REGISTRY[name]
-    ins = [arr, arr] if kind.startswith("bwd") else [arr]
-    sig = (*ins, arr, nbt.intp, nbt.intp, *([nbt_dt] * len(spec.param_names)))
-    # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
-    loop = numba.njit(error_model="numpy", cache=False)(getattr(_module(spec), "l_" + kind).py_func)
-    loop.compile(sig)
-    st = {"packed": 0, "simd": False, "calls": []}
-    for fname, lines in _functions(loop.inspect_asm(sig)).items():
-        # skip the Python and C-callable wrappers around the function itself
-        if "l_" + kind in fname and not fname.startswith(("_ZN7cpython", "cfunc.")):
-            st = _loop_stats(lines)
-            break
-    else:
-        raise RuntimeError(f"simd_report: no assembly for {name}.l_{kind}")
-    return {"simd": st["simd"], "packed": st["packed"], "libm": st["calls"]}
-

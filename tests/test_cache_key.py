@@ -1,0 +1,112 @@
+"""The on-disk kernel cache is keyed per activation (iglu_np.backends.cpu.kernel_hash):
+an edit to one activation's file recompiles that activation (and its family in the same
+file) alone; an edit to a helper recompiles the activations that use it."""
+from pathlib import Path
+
+import pytest
+
+import iglu_np
+from iglu_np.backends import cpu
+
+PKG = Path(iglu_np.__file__).resolve().parent
+
+
+def _edited(*rels):
+    """A file reader that sees ``rels`` (package-relative) edited."""
+    targets = {(PKG / r).resolve() for r in rels}
+
+    def read(p):
+        b = Path(p).read_bytes()
+        return b + b"\n# edited\n" if Path(p).resolve() in targets else b
+
+    return read
+
+
+def _key(name, read=None, extra=()):
+    return cpu.kernel_hash(iglu_np.get(name).spec, extra=extra, read=read)
+
+
+def _changed(names, read, extra=()):
+    return {n for n in names if _key(n, read, extra) != _key(n, None, extra)}
+
+
+NAMES = ["iglu", "gelu", "gelu_tanh", "relu", "atlu", "silu", "elu"]
+
+
+def test_key_is_stable_and_short():
+    k = _key("iglu")
+    assert k == _key("iglu") == _key("iglu", Path.read_bytes) and len(k) == 16
+    int(k, 16)
+
+
+def test_editing_one_activation_file_changes_only_its_keys():
+    assert _changed(NAMES, _edited("activations/gelu.py")) == {"gelu", "gelu_tanh"}
+    assert _changed(NAMES, _edited("activations/relu.py")) == {"relu"}
+    # the trainer, the CLI, the GPU backends, the public API: no kernel recompiles
+    for rel in ("_api.py", "cli.py", "nn/autodiff.py", "backends/numba_cuda.py",
+                "backends/cxx.py", "backends/x86_asm.py"):
+        assert not _changed(NAMES, _edited(rel)), rel
+
+
+def test_editing_a_helper_changes_the_keys_of_its_users():
+    # _math.py: gelu uses horner/two_prod; iglu and relu use nothing from it
+    assert {"gelu", "gelu_tanh"} <= _changed(NAMES, _edited("_math.py"))
+    assert not {"iglu", "relu"} & _changed(NAMES, _edited("_math.py"))
+    # _vmath.py replaces math.* for kernels that call math (iglu: atan); relu calls none
+    ch = _changed(NAMES, _edited("_vmath.py"))
+    assert "iglu" in ch and "relu" not in ch
+    # atlu is built from iglu's kernels (another activation's module is a helper too)
+    assert _changed(["atlu"], _edited("activations/iglu.py")) == {"atlu"}
+    assert not _changed(["iglu"], _edited("activations/atlu.py"))
+
+
+def test_generators_change_every_key():
+    assert _changed(NAMES, _edited("backends/cpu.py")) == set(NAMES)
+    assert _changed(NAMES, _edited("_spec.py")) == set(NAMES)
+    # cpu_fast.py keys the njit loops, not the ufuncs
+    fast = ("backends/cpu_fast.py",)
+    assert _changed(NAMES, _edited("backends/cpu_fast.py"), fast) == set(NAMES)
+    assert not _changed(NAMES, _edited("backends/cpu_fast.py"))
+
+
+def test_global_values_read_by_kernels_are_in_the_key(monkeypatch):
+    from iglu_np.activations import gelu as gelu_mod
+
+    before = _key("gelu", Path.read_bytes)
+    monkeypatch.setattr(gelu_mod, "LN_64H", gelu_mod.LN_64H * (1 + 2**-50))
+    assert _key("gelu", Path.read_bytes) != before
+    assert _key("iglu", Path.read_bytes) == _key("iglu")
+
+
+def test_generated_module_files_carry_the_key():
+    spec = iglu_np.get("relu").spec
+    assert cpu.kernel_hash(spec) in cpu._module(spec).__file__
+    from iglu_np.backends import cpu_fast
+
+    assert cpu.kernel_hash(spec, extra=("backends/cpu_fast.py",)) in cpu_fast._module(spec).__file__
+
+
+@pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
+def test_every_activation_key_names_its_spec_file(name):
+    spec = iglu_np.get(name).spec
+    files, _ = cpu.kernel_sources(spec)
+    import sys
+
+    assert Path(sys.modules[spec.module].__file__).resolve() in files
+
+
+def test_kernels_without_a_source_file_are_keyed_on_their_code():
+    from iglu_np._spec import ActivationSpec, kernel
+
+    def make(src):
+        ns = {"kernel": kernel, "math": __import__("math")}
+        exec(compile(src, "<string>", "exec"), ns)
+        a = iglu_np.get("relu").spec
+        return ActivationSpec(**{**a.__dict__, "name": "tmp", "f": ns["f"], "dx": ns["dx"],
+                                 "dparams": {}, "module": "__no_such_module__"})
+
+    base = "@kernel\ndef f(x):\n    return x * {}\n@kernel\ndef dx(x):\n    return x * 0.0 + {}\n"
+    k1 = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
+    k2 = cpu.kernel_hash(make(base.format(3.0, 3.0)), read=Path.read_bytes)
+    k1b = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
+    assert k1 != k2 and k1 == k1b
