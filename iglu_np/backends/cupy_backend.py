@@ -10,6 +10,12 @@ results equal the CPU's bit for bit. Kernels are named
 device and compute dtype. CuPy itself handles broadcasting, strided inputs and the
 current stream.
 
+Contiguous operands of one shape, dtype and memory order (C or F), 16-byte aligned, with
+scalar parameters (the common case) take a RawKernel instead that loads and stores
+128-bit vectors (:func:`~iglu_np.backends.cxx.vector_kernel_source`, the same device
+function): an ElementwiseKernel does not reach the copy bandwidth on an H100 (1.7x the copy
+time for float32, 3x for float16), a vector RawKernel does.
+
 * float16 data is read as float16, computed in float32 and written as float16;
 * integer/bool data computes in float64 (as on the CPU);
 * parameters: Python/numpy scalars are passed by value, host arrays are copied to the
@@ -22,13 +28,17 @@ cupy is imported only when a CuPy array shows up (or ``backend="cupy"`` is asked
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
 
 from . import cxx
 
-__all__ = ["handles", "status", "run", "get_kernel"]
+__all__ = ["handles", "status", "run", "get_kernel", "get_vector_kernel", "vector_plan"]
+
+THREADS = 256
+BLOCKS_PER_SM = 32
 
 _lock = threading.RLock()
 _kernels: dict = {}
@@ -83,6 +93,76 @@ def get_kernel(name: str, kind: str, compute):
                 )
                 _kernels[key] = k
     return k
+
+
+def get_vector_kernel(name: str, kind: str, data_dtype):
+    """The memoised 16-byte-vector RawKernel (:func:`cxx.vector_kernel_source`) for the
+    current device."""
+    import cupy
+
+    from .._spec import REGISTRY
+
+    ddt = np.dtype(data_dtype)
+    dev = cupy.cuda.Device().id
+    key = ("vec", dev, name, kind, ddt.name)
+    k = _kernels.get(key)
+    if k is None:
+        with _lock:
+            k = _kernels.get(key)
+            if k is None:
+                vs = cxx.vector_kernel_source(REGISTRY[name], kind, ddt)
+                k = _kernels[key] = (cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes)
+    return k
+
+
+def _sm_count(cupy) -> int:
+    dev = cupy.cuda.Device()
+    key = ("sms", dev.id)
+    n = _kernels.get(key)
+    if n is None:
+        n = _kernels[key] = int(dev.attributes["MultiProcessorCount"])
+    return n
+
+
+def _layout(a):
+    """'C' or 'F' for an array contiguous in that order (both for 1-d), else None."""
+    f = a.flags
+    return "C" if f.c_contiguous else ("F" if f.f_contiguous else None)
+
+
+def vector_plan(arrs, pargs, out, cdt):
+    """The data dtype of the vector kernel when every operand allows it (same shape,
+    dtype and memory order, contiguous, 16-byte aligned; scalar parameters; ``out``
+    likewise or None), else None. Works on any objects with ``shape``, ``dtype``,
+    ``flags`` and ``data.ptr`` (CuPy arrays)."""
+    if any(np.ndim(p) != 0 or _is_device(p) for p in pargs):
+        return None
+    ddt = np.dtype(arrs[0].dtype)
+    if ddt not in cxx.DATA_TYPES or (ddt != cdt and not (ddt == np.float16 and cdt == np.float32)):
+        return None
+    ops = list(arrs) + ([out] if out is not None else [])
+    lay = _layout(arrs[0])
+    if lay is None:
+        return None
+    for a in ops:
+        if a.shape != arrs[0].shape or np.dtype(a.dtype) != ddt or a.size == 0:
+            return None
+        la = _layout(a)
+        if la is None or (la != lay and a.ndim > 1):
+            return None
+        if a.data.ptr % cxx.VECTOR_BYTES:
+            return None
+    return ddt
+
+
+def _run_vector(cupy, act, kind, arrs, pargs, out, ddt, cdt):
+    kern, lanes = get_vector_kernel(act.name, kind, ddt)
+    o = out if out is not None else cupy.empty_like(arrs[0])  # keeps C or F order
+    n = arrs[0].size
+    nvec = max(1, n // lanes)
+    blocks = max(1, min(-(-nvec // THREADS), _sm_count(cupy) * BLOCKS_PER_SM))
+    kern((blocks,), (THREADS,), (*arrs, o, np.int64(n), *(cdt.type(p) for p in pargs)))
+    return o
 
 
 def _as_cupy(cupy, v):
@@ -173,6 +253,12 @@ def run(act, kind, data, params, out):
         if o.dtype.kind != "f":
             raise TypeError(f"{name}: out= must be a floating array, got {o.dtype}")
     else:
+        o = None
+    ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
+    if ddt is not None:  # contiguous, aligned, scalar parameters: 128-bit accesses
+        o = _run_vector(cupy, act, kind, arrs, pargs, o, ddt, cdt)
+        return out if out is not None else o
+    if o is None:
         o = cupy.empty(shape, dtype=odt)
     if o.size:
         get_kernel(name, kind, cdt)(*arrs, *pargs, o)
