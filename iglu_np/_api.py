@@ -206,6 +206,34 @@ class Activation:
             res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape))
         return res
 
+    def backward_all(self, x, grad_out, /, *, out=None, **params) -> tuple:
+        """``(grad_x, grads)``: the fused backward ``grad_out * f'(x)`` and the gradients
+        of ``sum(grad_out * f(x))`` in each parameter (as :meth:`backward_params`), from
+        one read of x and grad_out where the backend fuses them (CPU and CuPy with scalar
+        parameters); otherwise from :meth:`backward` and :meth:`backward_params`, with the
+        same results. ``out`` receives grad_x.
+        """
+        backend = params.get("backend")
+        if backend is None:
+            for d in (x, grad_out):
+                if not isinstance(d, _HOST_TYPES):
+                    backend = backends.detect(d)
+                    break
+        if backend is not None and backend != "cpu":
+            params = {k: v for k, v in params.items() if k != "backend"}
+            res = backends.run_backward_all(backend, self, (x, grad_out), params, out)
+            if res is not None:
+                return res
+            params["backend"] = backend
+        elif self.param_names:
+            q = {k: v for k, v in params.items() if k != "backend"}
+            vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), q)
+            res = _cpu_fast().backward_all(self, vals, cdt, out)
+            if res is not None:
+                return res
+        gx = self.backward(x, grad_out, out=out, **params)
+        return gx, self.backward_params(x, grad_out, **params)
+
     def __reduce__(self):
         # Pickle by name (dask/multiprocessing workers rebuild from their own registry).
         return (get, (self.name,))

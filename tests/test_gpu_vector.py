@@ -190,3 +190,81 @@ def test_vector_plan_takes_only_contiguous_aligned_same_layout():
     assert vector_plan([_Fake(x)], [], _Fake(_aligned(1024, f64)), f32) is None  # out casts
     assert vector_plan([_Fake(x)], [], None, f64) is None  # data computed in another dtype
     assert vector_plan([_Fake(_aligned(1024, np.int32))], [], None, f64) is None
+
+
+# --------------------------------------------------------------------------- fused backward
+WITH_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params)
+
+
+@pytest.mark.parametrize("name", WITH_PARAMS)
+def test_fused_backward_compiles_to_128_bit_accesses(nvrtc, name):
+    spec = REGISTRY[name]
+    for ddt in ("float16", "float32", "float64"):
+        v = cxx.fused_backward_source(spec, ddt)
+        ptx, log = H.nvrtc_compile(v.source, (9, 0))
+        assert log == "", f"{name} ({ddt}): NVRTC log not empty:\n{log}"
+        ops = H.ptx_instructions(ptx, v.name)
+        loads = [o.split()[0] for o in ops if o.startswith("ld.global")]
+        stores = [o.split()[0] for o in ops if o.startswith("st.global")]
+        vec = _VEC[ddt]
+        vl, vs = sum(vec in o for o in loads), sum(vec in o for o in stores)
+        # x and g as vectors (+ the tail's scalars); grad_x as vectors (+ the tail's one
+        # scalar store) and one float64 partial per parameter
+        assert vl >= 2 and len(loads) - vl == 2, loads
+        n_p = len(spec.params)
+        assert vs >= 1 and len(stores) - vs == 1 + n_p, stores
+        st = H.ptx_stats(ptx, v.name)
+        assert st["local"] == 0 and st["ftz"] == 0 and st["fma"] == 0 and st["mufu"] == 0, st
+
+
+@pytest.mark.parametrize("name", ["iglu", "xielu", "softplus", "prelu", "gelu_a"])
+def test_fused_backward_on_the_host_equals_the_cpu(tmp_path, name):
+    import math as _m
+
+    ok, gxx = H.gxx_status()
+    if not ok:
+        pytest.skip(gxx)
+    spec = REGISTRY[name]
+    act = iglu_np.get(name)
+    blocks, threads = 2, 3
+    for ddt in (np.float32, np.float64):
+        ct = cxx.DATA_TYPES[np.dtype(ddt)][0]
+        v = cxx.fused_backward_source(spec, ddt)
+        pn = [f"p{k}" for k in range(len(spec.params))]
+        args = [f"const {ct}* x", f"const {ct}* g", f"{ct}* y", "double* part", "long long n"]
+        args += [f"{ct} {p}" for p in pn]
+        src = _SIM_HEAD + v.source + (
+            f'extern "C" void sim({", ".join(args)}) {{\n'
+            f"  blockDim.x = {threads}; gridDim.x = {blocks};\n"
+            f"  for (unsigned b = 0; b < {blocks}; ++b)\n"
+            f"    for (unsigned t = 0; t < {threads}; ++t) {{\n"
+            f"      blockIdx.x = b; threadIdx.x = t;\n"
+            f"      iglu_np_vec_{v.name}::{v.name}({', '.join(['x', 'g', 'y', 'part', 'n', *pn])});\n"
+            "    }\n}\n"
+        )
+        cpp, so = tmp_path / f"f_{np.dtype(ddt).name}.cpp", tmp_path / f"f_{np.dtype(ddt).name}.so"
+        cpp.write_text(src)
+        r = subprocess.run([gxx, "-std=c++17", "-shared", "-fPIC", "-O1", "-ffp-contract=off",
+                            "-Wno-unknown-pragmas", str(cpp), "-o", str(so)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        lib = ctypes.CDLL(str(so))
+        ptr = ctypes.POINTER(ctypes.c_float if ddt == np.float32 else ctypes.c_double)
+        cval = ctypes.c_float if ddt == np.float32 else ctypes.c_double
+        lib.sim.argtypes = [ptr, ptr, ptr, ctypes.POINTER(ctypes.c_double), ctypes.c_longlong] + [cval] * len(pn)
+        pv = [ddt(spec.defaults[p]) for p in spec.param_names]
+        rng = np.random.default_rng(1)
+        for n in (1, v.lanes + 1, 6 * v.lanes + 5, 1001):
+            x = (rng.standard_normal(n) * 4).astype(ddt)
+            g = rng.standard_normal(n).astype(ddt)
+            y = np.empty(n, ddt)
+            part = np.zeros((len(pn), blocks * threads))
+            lib.sim(x.ctypes.data_as(ptr), g.ctypes.data_as(ptr), y.ctypes.data_as(ptr),
+                    part.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n, *pv)
+            with np.errstate(all="ignore"):
+                assert np.array_equal(y, act._ufunc("bwd")(x, g, *pv), equal_nan=True), (name, n)
+                for k, p in enumerate(spec.param_names):
+                    terms = act._ufunc("bwd_" + p)(x, g, *pv).astype(np.float64)
+                    exact = _m.fsum(terms)
+                    # float64 sums of the same terms in another order
+                    tol = 4 * n * np.finfo(np.float64).eps * np.abs(terms).sum()
+                    assert abs(part[k].sum() - exact) <= tol, (name, p, n, part[k].sum(), exact)

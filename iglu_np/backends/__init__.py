@@ -8,7 +8,9 @@ provides
 * ``run(act, kind, data, params, out)``: compute kernel ``kind`` ("fwd", "dx", "bwd",
   "d_<param>", or "backward_params") of activation ``act`` (an
   :class:`iglu_np.Activation`) on the tuple ``data`` (x, or x and grad_out) with the
-  keyword ``params`` (unvalidated: call ``act._param_values(params)``).
+  keyword ``params`` (unvalidated: call ``act._param_values(params)``);
+* optionally ``backward_all(act, data, params, out)``: grad_x and the parameter gradients
+  from one pass, or None where that does not apply.
 
 Modules are imported only when an array that is not a host array shows up, so importing
 iglu_np never imports cupy, numba.cuda or dask.
@@ -53,3 +55,11 @@ def detect(array) -> str:
 
 def run(name, act, kind, data, params, out):
     return _module(name).run(act, kind, data, params, out)
+
+
+def run_backward_all(name, act, data, params, out):
+    """The backend's one-pass ``(grad_x, grads)`` (``backward_all(act, data, params,
+    out)``), or None where it has none or it does not apply (the caller then runs
+    ``bwd`` and ``backward_params``)."""
+    fn = getattr(_module(name), "backward_all", None)
+    return None if fn is None else fn(act, data, params, out)

@@ -201,6 +201,35 @@ def _source(spec) -> str:
             f"        for b in range(part.size):\n"
             f"            part[b] = _blk_{p}(x, g, b, n{pa})\n"
         )
+    if ps:
+        # backward_all: grad_x and every parameter's block sums from one read of x and g,
+        # with the same per-element values and block sums as k_bwd and r_<p>
+        bufs = "".join(f"    b_{p} = np.empty(RBLOCK, np.float64)\n" for p in ps)
+        accs = "".join(f"        b_{p}[i] = gi * _d_{p}(xi{at})\n" for p in ps)
+        sums = "".join(f"    part[{k}, b] = _lanesum(b_{p}, hi - lo)\n" for k, p in enumerate(ps))
+        out.append(
+            f"def _blk_all(x, g, o, part, b, n{pa}):\n"
+            f"    lo = b * RBLOCK\n"
+            f"    hi = min(lo + RBLOCK, n)\n"
+            f"    x = x[lo:hi]\n"
+            f"    g = g[lo:hi]\n"
+            f"    o = o[lo:hi]\n"
+            f"{bufs}"
+            f"    for i in range(x.size):\n"
+            f"        xi = x[i]\n"
+            f"        gi = g[i]\n"
+            f"        o[i] = gi * _dx(xi{at})\n"
+            f"{accs}"
+            f"{sums}\n"
+            f"def r_all(x, g, o, part, par{pa}):\n"
+            f"    n = x.size\n"
+            f"    if par:\n"
+            f"        for b in prange(part.shape[1]):\n"
+            f"            _blk_all(x, g, o, part, b, n{pa})\n"
+            f"    else:\n"
+            f"        for b in range(part.shape[1]):\n"
+            f"            _blk_all(x, g, o, part, b, n{pa})\n"
+        )
     return "\n".join(out)
 
 
@@ -239,13 +268,17 @@ def _module(spec):
         for p in spec.param_names:
             ns[f"_blk_{p}"] = numba.njit(inline="always", cache=True, **_JIT)(
                 ns[f"_blk_{p}"])
+        if spec.param_names:
+            ns["_blk_all"] = numba.njit(inline="always", cache=True, **_JIT)(ns["_blk_all"])
         _mods[spec.name] = mod
         return mod
 
 
 def kernel(name: str, kind: str, parallel: bool = True):
     """The njit loop kernel ``k_<kind>(x[, g], out, par, *params)`` or, for
-    ``kind = "r_<param>"``, the block reduction ``r_<param>(x, g, part, par, *params)``.
+    ``kind = "r_<param>"``, the block reduction ``r_<param>(x, g, part, par, *params)``,
+    or for ``kind = "r_all"`` the fused backward ``r_all(x, g, out, part, par, *params)``
+    (part of shape (n_params, n_blocks)).
 
     ``parallel=False`` gives the single-thread build of the same function (``prange`` is
     ``range``; call it with ``par=False``): compiling the parfor version costs several
@@ -254,7 +287,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
     k = _kernels.get(key)
     if k is None:
         mod = _module(REGISTRY[name])
-        fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)
+        fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)  # r_<p>, r_all
         k = numba.njit(parallel=parallel, cache=_CACHE, **_JIT)(fn)
         _kernels[key] = k
     return k
@@ -471,3 +504,49 @@ def backward_params(act, vals: list, cdt):
             kernel(act.name, "r_" + p, par)(xf, gf, part, par, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
+
+
+def backward_all(act, vals: list, cdt, out):
+    """``(grad_x, {param: 0-d gradient})`` from one pass over x and grad_out when every
+    parameter is a scalar and the operands take the fast path, else None. grad_x and the
+    gradients equal those of ``run(.., "bwd", ..)`` and :func:`backward_params` bit for bit
+    (the same per-element values, block sums and order)."""
+    if not act.param_names or (cdt != _F32 and cdt != _F64):
+        return None
+    x = vals[0]
+    if type(x) is not np.ndarray:
+        return None
+    shape = x.shape
+    order = axis_order(x)
+    if order is None:
+        return None
+    xf = _flat_in(x, cdt, shape, order)
+    gf = _flat_in(vals[1], cdt, shape, order)
+    if xf is None or gf is None or xf.size < MIN_SIZE:
+        return None
+    ps = []
+    for v in vals[2:]:
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            return None
+        pv = _param(v, cdt, ())
+        if pv is None:
+            return None
+        ps.append(pv)
+    if out is None:
+        o = empty_like_layout(shape, cdt, order)
+    else:
+        if type(out) is not np.ndarray or out.dtype != cdt or out.shape != shape:
+            return None
+        if mem_flat(out, order) is None or any(np.may_share_memory(a, out) for a in vals[:2]):
+            return None  # overlap: the two-pass path buffers it
+        o = out
+    n = xf.size
+    part = np.empty((len(ps), max(1, -(-n // RBLOCK))), np.float64)
+    par = _parallel(n)
+    k = kernel(act.name, "r_all", par)
+    if par:
+        par_call(k, xf, gf, mem_flat(o, order), part, par, *ps)
+    else:
+        k(xf, gf, mem_flat(o, order), part, par, *ps)
+    grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
+    return o, grads

@@ -178,13 +178,14 @@ def _is_device(v) -> bool:
         return False
 
 
-def run(act, kind, data, params, out):
-    """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
+def _prepare(act, data, params):
+    """CuPy operands, compute dtype, output dtype, parameter arguments (scalars or device
+    arrays in the compute dtype, validated) and the broadcast shape."""
     from .._api import _all_half, _compute_dtype
 
-    name = act.name
     import cupy
 
+    name = act.name
     for nm, d in zip(_DATA_NAMES, data):
         if not _is_device(d):
             raise TypeError(
@@ -222,6 +223,43 @@ def run(act, kind, data, params, out):
         shape = np.broadcast_shapes(*shapes)
     except ValueError:
         raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
+    return cupy, arrs, cdt, odt, pargs, shape
+
+
+def backward_all(act, data, params, out):
+    """grad_x and every parameter's gradient from one read of x and grad_out (the fused
+    vector kernel, :func:`cxx.fused_backward_source`) when the operands allow 128-bit
+    accesses and every parameter is a scalar; None otherwise (two passes then)."""
+    if not act.param_names:
+        return None
+    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
+    o = _as_cupy(cupy, out[0] if isinstance(out, tuple) else out) if out is not None else None
+    ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
+    if ddt is None or len(arrs) != 2:
+        return None
+    key = ("bwdall", cupy.cuda.Device().id, act.name, ddt.name)
+    k = _kernels.get(key)
+    if k is None:
+        from .._spec import REGISTRY
+
+        with _lock:
+            vs = cxx.fused_backward_source(REGISTRY[act.name], ddt)
+            k = _kernels[key] = (cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes)
+    kern, lanes = k
+    y = o if o is not None else cupy.empty_like(arrs[0])
+    n = arrs[0].size
+    blocks = max(1, min(-(-max(1, n // lanes) // THREADS), _sm_count(cupy) * 4))
+    part = cupy.empty((len(pargs), blocks * THREADS), dtype=np.float64)
+    kern((blocks,), (THREADS,), (*arrs, y, part, np.int64(n), *(cdt.type(p) for p in pargs)))
+    sums = part.sum(axis=1)
+    grads = {p: sums[i].astype(cdt) for i, p in enumerate(act.param_names)}
+    return (out if out is not None else y), grads
+
+
+def run(act, kind, data, params, out):
+    """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
+    name = act.name
+    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
 
     if kind == "backward_params":
         if len(arrs) != 2:

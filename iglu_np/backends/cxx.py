@@ -36,6 +36,7 @@ __all__ = [
     "C_TYPES",
     "NVRTC_OPTIONS",
     "vector_kernel_source",
+    "fused_backward_source",
     "vector_preamble",
 ]
 
@@ -279,3 +280,62 @@ namespace iglu_np {
 template <class D, int N> struct alignas(16) vec { D v[N]; };
 }  // namespace iglu_np
 """
+
+
+def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
+    """``grad_x = g * f'(x)`` and every parameter's per-thread float64 partial sum of
+    ``g * df/dp`` from one read of x and g (16-byte vectors, as
+    :func:`vector_kernel_source`). Launched as ``k((blocks,), (threads,), (x, g, y,
+    partials, n, *params))``; ``partials`` has ``n_params * blocks * threads`` float64
+    slots (parameter-major), each written once: no atomics, the same sums on every run."""
+    ddt = np.dtype(data_dtype)
+    try:
+        dtype_c, ctype = DATA_TYPES[ddt]
+    except KeyError:
+        raise TypeError(f"data dtype must be float16, float32 or float64, got {ddt}") from None
+    ps = spec.param_names
+    if not ps:
+        raise KeyError(f"{spec.name} has no parameters")
+    lanes = VECTOR_BYTES // ddt.itemsize
+    pnames = [f"p_{p}" for p in ps]
+    name = f"iglu_np_{spec.name}_bwdall_vec_{ddt.name}"
+
+    def step(xv, gv, ind):
+        args = ", ".join(["xi", *pnames])
+        lines = [f"{ind}const {ctype} xi = ({ctype}){xv};", f"{ind}const {ctype} gi = ({ctype}){gv};"]
+        lines += [f"{ind}acc_{p} += (double)(gi * iglu_np::{spec.name}_d{p}<{ctype}>({args}));" for p in ps]
+        lines.append(f"{ind}const D yi = (D)(gi * iglu_np::{spec.name}_dx<{ctype}>({args}));")
+        return lines
+
+    args = ["const D* __restrict__ x", "const D* __restrict__ g", "D* __restrict__ y",
+            "double* __restrict__ partials", "const long long n", *(f"const {ctype} {p}" for p in pnames)]
+    body = [
+        f"typedef {dtype_c} D;",
+        f"typedef iglu_np::vec<D, {lanes}> V;",
+        f'extern "C" __global__ void {name}({", ".join(args)}) {{',
+        f"  const long long nvec = n / {lanes};",
+        "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        "  const long long stride = (long long)blockDim.x * gridDim.x;",
+        *(f"  double acc_{p} = 0.0;" for p in ps),
+        "  for (long long i = tid; i < nvec; i += stride) {",
+        "    const V xv = reinterpret_cast<const V*>(x)[i];",
+        "    const V gv = reinterpret_cast<const V*>(g)[i];",
+        "    V r;",
+        "#pragma unroll",
+        f"    for (int k = 0; k < {lanes}; ++k) {{",
+        *step("xv.v[k]", "gv.v[k]", "      "),
+        "      r.v[k] = yi;",
+        "    }",
+        "    reinterpret_cast<V*>(y)[i] = r;",
+        "  }",
+        f"  const long long t = nvec * {lanes} + tid;  // the last n % {lanes} elements",
+        "  if (t < n) {",
+        *step("x[t]", "g[t]", "    "),
+        "    y[t] = yi;",
+        "  }",
+        *(f"  partials[{k} * stride + tid] = acc_{p};" for k, p in enumerate(ps)),
+        "}",
+    ]
+    body = f"\nnamespace iglu_np_vec_{name} {{\n" + "\n".join(body) + "\n}\n"
+    return VectorKernelSource(name=name, source=vector_preamble(spec, ddt) + body, lanes=lanes,
+                              n_data=2, compute=ctype, body=body)

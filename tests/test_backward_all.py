@@ -1,0 +1,59 @@
+"""Activation.backward_all: grad_x and the parameter gradients from one read of x and
+grad_out, equal to backward() and backward_params() (the CPU's fused loop uses the same
+per-element values and block sums, so bit for bit)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import iglu_np
+from iglu_np._spec import REGISTRY
+
+WITH_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params)
+
+
+def _same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", WITH_PARAMS)
+def test_backward_all_equals_two_passes(name):
+    act = iglu_np.get(name)
+    rng = np.random.default_rng(7)
+    # below the fast path's minimum, single-thread loop, threaded loop; Fortran order
+    for dt in (np.float32, np.float64):
+        for shape, order in (((37,), "C"), ((5000,), "C"), ((300, 700), "C"), ((64, 80), "F")):
+            x = np.asarray(rng.standard_normal(shape) * 4, dtype=dt, order=order)
+            g = np.asarray(rng.standard_normal(shape), dtype=dt, order=order)
+            gx, gp = act.backward_all(x, g)
+            assert _same(gx, act.backward(x, g)), (name, dt, shape)
+            want = act.backward_params(x, g)
+            assert set(gp) == set(want)
+            for p in want:
+                assert _same(gp[p], want[p]), (name, p, dt, shape, gp[p], want[p])
+
+
+def test_backward_all_out_params_and_fallbacks():
+    act = iglu_np.get("iglu")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3000)).astype(np.float32)
+    g = rng.standard_normal((4, 3000)).astype(np.float32)
+    out = np.empty_like(x)
+    gx, gp = act.backward_all(x, g, out=out, sigma=2.5)
+    assert gx is out and _same(out, act.backward(x, g, sigma=2.5))
+    assert _same(gp["sigma"], act.backward_params(x, g, sigma=2.5)["sigma"])
+    # a per-row parameter takes the two-pass path: same results, parameter-shaped gradient
+    s = np.linspace(0.5, 2.0, 4, dtype=np.float32).reshape(4, 1)
+    gx, gp = act.backward_all(x, g, sigma=s)
+    assert _same(gx, act.backward(x, g, sigma=s)) and gp["sigma"].shape == (4, 1)
+    assert _same(gp["sigma"], act.backward_params(x, g, sigma=s)["sigma"])
+    # out overlapping grad_out: the buffered two-pass path gives numpy's answer
+    b = rng.standard_normal(6001)
+    gx, _ = act.backward_all(b[:-1], b[1:], out=b[1:])
+    assert np.isfinite(gx).all()
+    # no parameters: an empty dict
+    gx, gp = iglu_np.relu.backward_all(x, g)
+    assert gp == {} and _same(gx, iglu_np.relu.backward(x, g))
+    with pytest.raises(ValueError, match="sigma"):
+        act.backward_all(x, g, sigma=-1.0)
