@@ -301,9 +301,18 @@ def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu (default): Numba ufuncs; gpu: CuPy and Numba CUDA kernels "
+                             "against the GPU's copy limit, CuPy, torch and JAX (needs cupy)")
+    parser.add_argument("--gpu-size", type=lambda s: int(float(s)), default=2**26,
+                        help="elements per array for --device gpu (default 2**26)")
 
 
 def main(args) -> int:
+    if args.device == "gpu":
+        from . import bench_gpu
+
+        return bench_gpu.main(args)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     repeats = args.repeats or (3 if args.quick else 7)
     dtypes = [d.strip() for d in args.dtype.split(",")]

@@ -1,0 +1,207 @@
+"""``iglu-np bench --device gpu``: the activations on this machine's NVIDIA GPU.
+
+Every activation (or the ones named), forward ``act(x, out=o)`` and fused backward
+``act.backward(x, g, out=o)``, on CuPy arrays of 2**26 elements by default, for the
+CuPy backend and (when usable) the Numba CUDA backend, timed with CUDA events (median of
+repeats, each of several back-to-back calls), reported in ms and as a ratio to the memory
+limit measured in the same run:
+
+* forward: ``cupy.copyto(o, x)`` (one read, one write);
+* backward: ``cupy.multiply(x, g, out=o)`` (two reads, one write);
+
+beside CuPy's own ufunc (``cupy.negative``: what a plain elementwise kernel costs here) and
+torch / JAX (when installed) on the same memory, for the functions they have. The per-call
+cost at 1,024 elements (``iglu`` forward against ``cupy.negative``) is measured in wall
+time. Nothing here runs without cupy and a GPU: :func:`run` raises a RuntimeError that
+says why.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+SIZE = 2**26
+SMALL = 1024
+
+# iglu_np name -> torch.nn.functional / jax.nn name (same function and conventions)
+NATIVE = {
+    "relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "sigmoid": "sigmoid",
+    "elu": "elu", "softplus": "softplus", "mish": "mish", "hardtanh": "hardtanh",
+    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "leaky_relu": "leaky_relu",
+    "selu": "selu", "celu": "celu", "softsign": "softsign", "tanhshrink": "tanhshrink",
+}
+_JAX = {"relu": "relu", "gelu": "gelu", "silu": "silu", "sigmoid": "sigmoid", "elu": "elu",
+        "softplus": "softplus", "hardtanh": "hard_tanh", "hardswish": "hard_swish",
+        "hardsigmoid": "hard_sigmoid", "leaky_relu": "leaky_relu", "selu": "selu",
+        "celu": "celu", "softsign": "soft_sign", "tanh": "tanh", "mish": "mish"}
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        raise RuntimeError("the GPU benchmark needs cupy: pip install 'iglu-np[cuda12]' or '[cuda13]'") from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver
+        raise RuntimeError(f"the GPU benchmark needs an NVIDIA GPU: {e}") from None
+    if n == 0:
+        raise RuntimeError("the GPU benchmark needs an NVIDIA GPU: none found")
+    return cupy
+
+
+def event_time(cupy, fn, repeats=15, inner=5) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` CUDA-event samples of ``inner``
+    back-to-back calls (after two warm-up calls, which compile)."""
+    fn()
+    fn()
+    cupy.cuda.Stream.null.synchronize()
+    ts = []
+    for _ in range(repeats):
+        a, b = cupy.cuda.Event(), cupy.cuda.Event()
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(cupy.cuda.get_elapsed_time(a, b) / 1e3 / inner)
+    return float(np.median(ts))
+
+
+def wall_time(cupy, fn, calls=2000) -> float:
+    """Seconds per call in wall time (host overhead included), synchronised at the end."""
+    fn()
+    cupy.cuda.Stream.null.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    cupy.cuda.Stream.null.synchronize()
+    return (time.perf_counter() - t) / calls
+
+
+def _torch(cupy):
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError:
+        return None
+    try:
+        return jax if any(d.platform == "gpu" for d in jax.devices()) else None
+    except RuntimeError:
+        return None
+
+
+def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, progress=None) -> dict:
+    import iglu_np
+    from .backends import numba_cuda
+
+    cupy = _cupy()
+    names = list(names or iglu_np.ACTIVATIONS)
+    nc_ok, nc_why = numba_cuda.status()
+    torch = _torch(cupy) if peers else None
+    jax = _jax() if peers else None
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    data = {
+        "device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+        "cupy": cupy.__version__, "size": size, "numba_cuda": nc_why,
+        "torch": getattr(torch, "__version__", None), "jax": getattr(jax, "__version__", None),
+        "rows": [],
+    }
+    rng = cupy.random.default_rng(0)
+    total = len(dtypes) * len(names)
+    done = 0
+    for dt in dtypes:
+        x = rng.standard_normal(size, dtype=np.float32).astype(dt) * 3
+        g = rng.standard_normal(size, dtype=np.float32).astype(dt)
+        o = cupy.empty_like(x)
+        copy = event_time(cupy, lambda: cupy.copyto(o, x), repeats)
+        mul = event_time(cupy, lambda: cupy.multiply(x, g, out=o), repeats)
+        neg = event_time(cupy, lambda: cupy.negative(x, out=o), repeats)
+        data["rows"].append({"dtype": dt, "name": "(copy limit)", "fwd_ms": copy * 1e3, "bwd_ms": mul * 1e3})
+        data["rows"].append({"dtype": dt, "name": "(cupy.negative)", "fwd_ms": neg * 1e3})
+        tx = tg = to = None
+        if torch is not None:
+            tx, tg, to = (torch.from_dlpack(a) for a in (x, g, o))
+        for name in names:
+            act = iglu_np.get(name)
+            row = {"dtype": dt, "name": name}
+            row["fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="cupy"), repeats) * 1e3
+            row["bwd_ms"] = event_time(cupy, lambda: act.backward(x, g, out=o, backend="cupy"), repeats) * 1e3
+            if nc_ok:
+                row["numba_fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="numba_cuda"), repeats) * 1e3
+                row["numba_bwd_ms"] = event_time(
+                    cupy, lambda: act.backward(x, g, out=o, backend="numba_cuda"), repeats) * 1e3
+            if torch is not None and name in NATIVE:
+                f = getattr(torch.nn.functional, NATIVE[name], None) or getattr(torch, NATIVE[name])
+                row["torch_fwd_ms"] = event_time(cupy, lambda: f(tx), repeats) * 1e3
+            if jax is not None and name in _JAX:
+                jf = jax.jit(getattr(jax.nn, _JAX[name], None) or getattr(jax.numpy, _JAX[name]))
+                jx = jax.dlpack.from_dlpack(x)
+                row["jax_fwd_ms"] = event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
+            data["rows"].append(row)
+            done += 1
+            if progress:
+                progress(done, total, f"{name} {dt}")
+    xs = cupy.ones(SMALL, np.float32)
+    os_ = cupy.empty_like(xs)
+    data["small"] = {
+        "iglu_us": wall_time(cupy, lambda: iglu_np.iglu(xs, out=os_)) * 1e6,
+        "cupy_negative_us": wall_time(cupy, lambda: cupy.negative(xs, out=os_)) * 1e6,
+    }
+    return data
+
+
+def markdown(data) -> str:
+    lines = [f"GPU: {data['device']} (cupy {data['cupy']}; numba_cuda: {data['numba_cuda']}; "
+             f"torch {data['torch']}; jax {data['jax']}), {data['size']:,} elements, "
+             "CUDA-event medians in ms; ratios to the copy limit (fwd) and to x*g (bwd).", ""]
+    cols = [("fwd_ms", "fwd"), ("bwd_ms", "bwd"), ("numba_fwd_ms", "numba fwd"),
+            ("numba_bwd_ms", "numba bwd"), ("torch_fwd_ms", "torch fwd"), ("jax_fwd_ms", "jax fwd")]
+    cols = [c for c in cols if any(c[0] in r for r in data["rows"])]
+    lines.append("| dtype | activation | " + " | ".join(h for _, h in cols) + " |")
+    lines.append("|---|---|" + "---|" * len(cols))
+    limit = {}
+    for r in data["rows"]:
+        if r["name"] == "(copy limit)":
+            limit[r["dtype"]] = (r["fwd_ms"], r["bwd_ms"])
+    for r in data["rows"]:
+        lf, lb = limit.get(r["dtype"], (None, None))
+        cells = []
+        for k, _ in cols:
+            v = r.get(k)
+            if v is None:
+                cells.append("")
+                continue
+            ref = lb if "bwd" in k else lf
+            cells.append(f"{v:.3f}" + (f" ({v / ref:.2f}x)" if ref and r["name"] != "(copy limit)" else ""))
+        lines.append(f"| {r['dtype']} | {r['name']} | " + " | ".join(cells) + " |")
+    s = data.get("small")
+    if s:
+        lines += ["", f"Per call at {SMALL} elements (wall): iglu {s['iglu_us']:.1f} us, "
+                  f"cupy.negative {s['cupy_negative_us']:.1f} us "
+                  f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)."]
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    import sys
+
+    try:
+        data = run(args.names or None, size=args.gpu_size, dtypes=tuple(args.dtype.split(",")),
+                   repeats=args.repeats or 15, peers=not args.no_torch,
+                   progress=lambda d, t, label: print(f"[{d}/{t}] {label}", file=sys.stderr))
+    except RuntimeError as e:
+        print(f"iglu-np bench --device gpu: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(data, indent=1) if args.json else markdown(data))
+    return 0

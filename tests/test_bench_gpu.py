@@ -1,0 +1,44 @@
+"""``iglu-np bench --device gpu`` without a GPU: a clear message and exit status 2; the
+report's table from synthetic data (the measurement itself needs a GPU: tests marked gpu
+and the device runs)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from iglu_np import bench_gpu
+
+
+def test_without_cupy_or_gpu_the_cli_says_why():
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("cupy is installed: the GPU path is exercised by the gpu tests")
+    except ImportError:
+        pass
+    r = subprocess.run([sys.executable, "-m", "iglu_np.cli", "bench", "--device", "gpu", "iglu"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "needs cupy" in r.stderr and "iglu-np[cuda12]" in r.stderr
+
+
+def test_markdown_ratios_to_the_limits():
+    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": None, "jax": None,
+            "size": 1024, "rows": [
+                {"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.2, "bwd_ms": 0.3},
+                {"dtype": "float32", "name": "iglu", "fwd_ms": 0.22, "bwd_ms": 0.33, "torch_fwd_ms": 0.4},
+            ], "small": {"iglu_us": 12.0, "cupy_negative_us": 10.0}}
+    md = bench_gpu.markdown(data)
+    assert "| float32 | iglu | 0.220 (1.10x) | 0.330 (1.10x) | 0.400 (2.00x) |" in md
+    assert "| float32 | (copy limit) | 0.200 | 0.300 |  |" in md
+    assert "(1.20x)" in md and "Test GPU" in md
+
+
+@pytest.mark.gpu
+def test_gpu_bench_runs_on_a_gpu():
+    data = bench_gpu.run(["iglu", "relu"], size=2**20, repeats=3, peers=False)
+    names = [r["name"] for r in data["rows"]]
+    assert names[:2] == ["(copy limit)", "(cupy.negative)"] and "iglu" in names
+    assert all(r["fwd_ms"] > 0 for r in data["rows"])
