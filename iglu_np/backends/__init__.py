@@ -22,6 +22,8 @@ import importlib
 # name -> module; order matters for detection (first match wins).
 BACKENDS = {
     "cupy": "iglu_np.backends.cupy_backend",
+    # torch/JAX/... CUDA arrays through the CuPy kernels when cupy is there, else Numba CUDA
+    "cuda_array": "iglu_np.backends.cuda_array",
     "numba_cuda": "iglu_np.backends.numba_cuda",
     "dask": "iglu_np.backends.dask_backend",
     "xarray": "iglu_np.backends.xarray_backend",
