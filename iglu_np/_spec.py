@@ -59,12 +59,7 @@ class Param:
     hi: float = math.inf
     lo_open: bool = False
     hi_open: bool = False
-    symbol: str = ""
     test_values: tuple = ()
-
-    @property
-    def latex(self) -> str:
-        return self.symbol or self.name
 
     @property
     def domain(self) -> str:

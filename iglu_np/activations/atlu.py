@@ -142,7 +142,6 @@ _ALPHA = Param(
     "the gate increasing.",
     lo=-0.5,
     lo_open=True,
-    symbol=r"\alpha",
     test_values=(0.05, 0.3, 1.0, 3.0, 10.0, -0.25, 0.61),
 )
 

@@ -39,7 +39,6 @@ def _alpha_param(doc):
         doc,
         lo=0.0,
         lo_open=True,
-        symbol=r"\alpha",
         test_values=(0.1, 0.5, 2.0, 10.0, 1e3, 0.37),
     )
 

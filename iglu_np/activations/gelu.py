@@ -573,7 +573,6 @@ _A = Param(
     "Gate sharpness: the gate is the CDF of N(0, 1/a^2). a = 1 is GELU, a = 0 gives x/2, "
     "a -> inf tends to ReLU.",
     lo=0.0,
-    symbol="a",
     test_values=(1e-3, 0.25, 0.5, 0.61, 1.702, 2.0, 10.0, 1e3),
 )
 

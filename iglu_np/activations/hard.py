@@ -68,14 +68,12 @@ _MIN = Param(
     "min_val",
     -1.0,
     "Lower clamp bound (must be below max_val).",
-    symbol=r"a",
     test_values=(-2.0, -0.5, 0.0, 0.25, -1e3, -3.7),
 )
 _MAX = Param(
     "max_val",
     1.0,
     "Upper clamp bound (must be above min_val).",
-    symbol=r"b",
     test_values=(2.0, 0.5, 0.0, -0.25, 1e3, 6.0),
 )
 

@@ -13,7 +13,6 @@ _SIGMA = Param(
     "Scale of the Cauchy gate; small sigma gives a wide, heavy-tailed gate.",
     lo=0.0,
     lo_open=True,
-    symbol=r"\sigma",
     test_values=(1e-3, 0.1, 0.5, 5.0, 10.0, 1e3, 0.73),
 )
 
@@ -54,16 +53,6 @@ def z_gate_f(x, sigma):
     tn = t if neg else -abs(t) - T(1.0)
     a = math.atan(T(-1.0) / tn if neg else t)
     return a / T(math.pi) if neg else T(0.5) + a / T(math.pi)
-
-
-@kernel
-def _lorentz(t):
-    """1/(1 + t^2), also as (1/t^2)/(1 + 1/t^2) so t^2 never overflows."""
-    T = type(t)
-    if abs(t) > T(1.0):
-        r = T(1.0) / t
-        return r * r / (T(1.0) + r * r)
-    return T(1.0) / (T(1.0) + t * t)
 
 
 @kernel

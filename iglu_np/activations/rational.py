@@ -132,7 +132,6 @@ _B = Param(
     4.0,
     "Curvature near 0: f(0) = sqrt(b)/2; b = 0 is ReLU (jax.nn.squareplus's default 4).",
     lo=0.0,
-    symbol="b",
     test_values=(0.0, 1e-4, 1.0, 16.0, 1e4, 2.3),
 )
 

@@ -168,7 +168,6 @@ _SLOPE = Param(
     "negative_slope",
     0.01,
     "Slope for x <= 0 (PyTorch's default 0.01; any finite value is accepted).",
-    symbol=r"a",
     test_values=(0.0, 0.2, 1.0, -0.5, 3.0, 0.37),
 )
 
@@ -206,7 +205,6 @@ _WEIGHT = Param(
     0.25,
     "Learnable slope for x <= 0 (PyTorch's init 0.25). A per-channel weight broadcasts "
     "numpy-style: for NCHW input pass weight.reshape(C, 1, 1).",
-    symbol=r"w",
     test_values=(0.0, 0.01, 1.0, -0.3, 2.5, 0.61),
 )
 

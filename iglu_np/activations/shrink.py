@@ -72,7 +72,6 @@ _HARD_LAMBDA = Param(
     0.5,
     "Threshold: |x| <= lambd maps to 0 (PyTorch's default 0.5).",
     lo=0.0,
-    symbol=r"\lambda",
     test_values=(0.0, 0.1, 1.0, 2.5, 1e3, 0.83),
 )
 _SOFT_LAMBDA = Param(
@@ -80,7 +79,6 @@ _SOFT_LAMBDA = Param(
     0.5,
     "Threshold subtracted from |x| (PyTorch's default 0.5; PyTorch also requires >= 0).",
     lo=0.0,
-    symbol=r"\lambda",
     test_values=(0.0, 0.1, 1.0, 2.5, 1e3, 0.83),
 )
 

@@ -434,7 +434,6 @@ define(
             "paper (one per MLP block); 0 gives SiLU. alpha >= -1/2 (at -1/2 the gate is "
             "the constant 1/2).",
             lo=-0.5,
-            symbol=r"\alpha",
             # first value: the quick test run's pick (a gate root at x0 = -log 2)
             test_values=(1.0, -0.25, 0.1, 0.5, 3.0, 10.0, 0.731),
         )

@@ -133,7 +133,6 @@ define(
             "Sharpness: larger beta is closer to ReLU.",
             lo=0.0,
             lo_open=True,
-            symbol=r"\beta",
             test_values=(10.0, 0.5, 2.0, 100.0, 1e3, 0.37),
         ),
         Param(
@@ -142,7 +141,6 @@ define(
             "Above beta*x > threshold the identity is returned (PyTorch's cut-off for speed; "
             "it makes a jump of log1p(exp(-threshold))/beta there).",
             lo=-math.inf,
-            symbol=r"\tau",
             test_values=(50.0, 0.0, 5.0, 1e3, -2.0, 13.7),
         ),
     ],

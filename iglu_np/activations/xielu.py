@@ -168,7 +168,6 @@ _AP = Param(
     "value; the paper's init 0.8).",
     lo=0.0,
     lo_open=True,
-    symbol=r"\alpha_p",
     test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
 )
 _AN = Param(
@@ -178,7 +177,6 @@ _AN = Param(
     "paper's init 0.8). Must exceed beta.",
     lo=0.0,
     lo_open=True,
-    symbol=r"\alpha_n",
     test_values=(0.55, 1.0, 3.0, 10.0, 0.93),
 )
 _BETA = Param(
@@ -186,7 +184,6 @@ _BETA = Param(
     0.5,
     "Slope at the origin (fixed to 0.5 in the paper).",
     lo=0.0,
-    symbol=r"\beta",
     test_values=(0.0, 0.1, 0.7, 0.25),
 )
 _EPS = Param(
@@ -195,7 +192,6 @@ _EPS = Param(
     "The negative branch evaluates expm1(min(x, eps)); the reference code's -1e-6. "
     "eps = 0 gives the smooth function.",
     hi=0.0,
-    symbol=r"\epsilon",
     test_values=(0.0, -1e-12, -1e-3, -0.1, -1.0, -2.5),
 )
 
@@ -336,7 +332,6 @@ _XAP = Param(
     "Curvature of the positive branch alpha_p x^2 (effective value, > 0).",
     lo=0.0,
     lo_open=True,
-    symbol=r"\alpha_p",
     test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
 )
 _XAN = Param(
@@ -345,14 +340,12 @@ _XAN = Param(
     "Curvature of the negative branch alpha_n x^2 (effective value, > 0).",
     lo=0.0,
     lo_open=True,
-    symbol=r"\alpha_n",
     test_values=(0.01, 0.5, 2.0, 10.0, 0.37),
 )
 _XBETA = Param(
     "beta",
     0.5,
     "Slope at the origin (0.5 as in xIELU); any finite value.",
-    symbol=r"\beta",
     test_values=(0.0, 0.1, 2.0, -0.5, 0.3),
 )
 
