@@ -404,7 +404,9 @@ class Activation:
         ins = (x,) if g is None else (x, g)
         if n >= fast.THRESHOLD and fast.numba.get_num_threads() > 1:
             # typed parameters: the dispatcher would type a Python float as float64
-            fast.par_call(par_kernel, *ins, o1, True, *[dt.type(v) for v in vals])
+            tv = [dt.type(v) for v in vals]
+            fast.launch(par_kernel, n, lambda: par_kernel(*ins, o1, True, *tv),
+                        lambda: loop(*ins, o1, 0, n, *vals))
         else:
             loop(*ins, o1, 0, n, *vals)
         return o

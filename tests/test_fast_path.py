@@ -360,3 +360,50 @@ def test_threads_launching_parallel_loops_under_workqueue():
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("workqueue")
+
+
+def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
+    """The first large call of a kernel runs on one thread (the baseline); threaded calls
+    that lose to it twice in a row (a contended machine) put the kernel on one thread for
+    a cooldown, doubled while the probe after it still loses; a threaded call that wins
+    ends it. Sleeping fakes stand in for the calls (5x apart, no timing of real code)."""
+    import time
+
+    from iglu_np.backends import cpu_fast
+
+    monkeypatch.setattr(cpu_fast, "_par_threadsafe", True)
+    monkeypatch.setattr(cpu_fast, "COOL_MIN", 0.2)
+    k = object()  # the threaded kernel's identity
+    log = []
+
+    def run(threaded_nap):
+        def threaded():
+            log.append("T")
+            time.sleep(threaded_nap)
+
+        def single():
+            log.append("S")
+            time.sleep(0.01)
+
+        cpu_fast.launch(k, 1000, threaded, single)
+
+    try:
+        run(0.002)
+        assert log == ["S"] and not cpu_fast.busy(k)  # baseline taken on one thread
+        run(0.002)
+        run(0.05)  # loses once: a hiccup
+        run(0.002)
+        assert log[1:] == ["T", "T", "T"] and not cpu_fast.busy(k)
+        run(0.05)
+        run(0.05)  # loses twice in a row: contended
+        assert cpu_fast.busy(k) and cpu_fast._guard[k][3] == 0.2
+        run(0.002)
+        assert log[-1] == "S"  # cooling down: one thread
+        time.sleep(0.25)
+        run(0.05)  # the probe still loses: a longer cooldown
+        assert log[-1] == "T" and cpu_fast.busy(k) and cpu_fast._guard[k][3] == 0.4
+        cpu_fast._guard[k][2] = time.perf_counter() - 1.0
+        run(0.002)  # the machine is free again
+        assert log[-1] == "T" and not cpu_fast.busy(k) and cpu_fast._guard[k][3] == 0.0
+    finally:
+        cpu_fast._guard.pop(k, None)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import types
 
 import numba
@@ -392,17 +393,64 @@ _par_lock = threading.Lock()
 _par_threadsafe = False
 
 
-def par_call(k, *args):
-    """Call the parallel (``prange``) kernel ``k``. The loops release the GIL, so two
-    Python threads can launch at once; Numba's ``workqueue`` threading layer (the one
-    left when neither OpenMP nor TBB is available) aborts the process on concurrent
-    launches, so launches are serialised until the layer is known to be thread-safe
-    (``omp``, ``tbb``). Each launch uses every Numba thread anyway."""
+# Busy-machine guard. A threaded call needs every core: while other processes hold them,
+# it waits for the scheduler and OpenMP's spinning workers (measured here with
+# examples/bench_threading.py, 2 cores, omp, two busy processes: iglu f32 on 1e5 elements
+# 6.7 ms threaded against 0.10 ms on one thread, 5.6 ms against 1.0 ms on 1e6; idle, the
+# threaded calls take 0.07 and 0.53 ms). The workqueue layer never collapsed but costs
+# 0.21 ms idle at 1e5 (2x one thread), so omp stays and each kernel is watched instead:
+# its first large call runs on one thread (the baseline: per-element time, the best seen);
+# threaded calls must beat it; two that do not in a row send the kernel's calls to one
+# thread for a cooldown that doubles while the probe after it is still slow (COOL_MIN to
+# COOL_MAX s). Costs two clock reads per call of >= THRESHOLD elements.
+COOL_MIN, COOL_MAX = 0.125, 4.0
+_guard: dict = {}  # threaded kernel -> [single-thread s/element, slow calls, until, period]
+
+
+def busy(k) -> bool:
+    """Whether calls of threaded kernel ``k`` run on one thread now: no single-thread
+    baseline yet, or cooling down after threaded calls that lost to it."""
+    g = _guard.get(k)
+    return g is None or time.perf_counter() < g[2]
+
+
+def launch(k, n, threaded, single):
+    """Run ``threaded()`` (a call of the parallel kernel ``k``) or ``single()`` (the same
+    work on one thread) for ``n`` elements, as the busy-machine guard says."""
+    g = _guard.get(k)
+    t = time.perf_counter()
+    if g is None or t < g[2]:
+        r = single()
+        per = (time.perf_counter() - t) / max(1, n)
+        if g is None:
+            _guard[k] = [per, 0, 0.0, 0.0]
+        elif per < g[0]:
+            g[0] = per
+        return r
+    r = par_call(k, threaded)
+    now = time.perf_counter()
+    if (now - t) / max(1, n) > g[0]:  # threading lost to one thread
+        g[1] += 1
+        if g[1] >= 2 or g[3] > 0.0:  # twice in a row, or the probe after a cooldown
+            g[3] = COOL_MIN if g[3] == 0.0 else min(2.0 * g[3], COOL_MAX)
+            g[2] = now + g[3]
+            g[1] = 0
+    else:
+        g[1], g[3] = 0, 0.0
+    return r
+
+
+def par_call(k, call):
+    """Run ``call()``, a launch of the parallel (``prange``) kernel ``k``. The loops
+    release the GIL, so two Python threads can launch at once; Numba's ``workqueue``
+    threading layer (the one left when neither OpenMP nor TBB is available) aborts the
+    process on concurrent launches, so launches are serialised until the layer is known
+    to be thread-safe (``omp``, ``tbb``). Each launch uses every Numba thread anyway."""
     global _par_threadsafe
     if _par_threadsafe:
-        return k(*args)
+        return call()
     with _par_lock:
-        r = k(*args)
+        r = call()
         _par_threadsafe = numba.threading_layer() in ("omp", "tbb")
     return r
 
@@ -449,12 +497,13 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
             if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
                 return None
         o = out
-    par = _parallel(xf.size)
-    k = kernel(act.name, kind, par)
-    if par:
-        par_call(k, *ins, mem_flat(o, order), par, *ps)
+    of = mem_flat(o, order)
+    if _parallel(xf.size):
+        k = kernel(act.name, kind, True)
+        launch(k, xf.size, lambda: k(*ins, of, True, *ps),
+               lambda: kernel(act.name, kind, False)(*ins, of, False, *ps))
     else:
-        k(*ins, mem_flat(o, order), par, *ps)
+        kernel(act.name, kind, False)(*ins, of, False, *ps)
     return o
 
 
@@ -493,15 +542,16 @@ def backward_params(act, vals: list, cdt):
                 res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
         return res
     part = np.empty(max(1, -(-n // RBLOCK)), np.float64)
-    par = _parallel(n)
     res = {}
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
-        elif par:
-            par_call(kernel(act.name, "r_" + p, par), xf, gf, part, par, *ps)
+        elif _parallel(n):
+            k = kernel(act.name, "r_" + p, True)
+            launch(k, n, lambda: k(xf, gf, part, True, *ps),
+                   lambda: kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps))
         else:
-            kernel(act.name, "r_" + p, par)(xf, gf, part, par, *ps)
+            kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -542,11 +592,12 @@ def backward_all(act, vals: list, cdt, out):
         o = out
     n = xf.size
     part = np.empty((len(ps), max(1, -(-n // RBLOCK))), np.float64)
-    par = _parallel(n)
-    k = kernel(act.name, "r_all", par)
-    if par:
-        par_call(k, xf, gf, mem_flat(o, order), part, par, *ps)
+    of = mem_flat(o, order)
+    if _parallel(n):
+        k = kernel(act.name, "r_all", True)
+        launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
+               lambda: kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps))
     else:
-        k(xf, gf, mem_flat(o, order), part, par, *ps)
+        kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads
