@@ -36,15 +36,52 @@ _TORCH_NATIVE = {
 }
 
 
+_SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine check)
+
+
 def _median_time(fn, repeats, min_time):
-    fn()  # warm-up (and compile)
+    # warm-up: compiles; a kernel's first large call runs on one thread (the busy-machine
+    # guard's baseline, iglu_np.backends.cpu_fast), the second compiles the threaded one
+    fn()
+    fn()
     ts = []
     t_end = time.perf_counter() + min_time
     while len(ts) < repeats or (time.perf_counter() < t_end and len(ts) < 10 * repeats):
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
+    lo, hi = np.percentile(ts, [10, 90])
+    _SPREADS.append(float(hi / lo) if lo > 0 else 1.0)
     return float(np.median(ts))
+
+
+# A quiet machine: identity within this factor of the copy limit (the rows are relative
+# to both), the repeats of a measurement within SPREAD_MAX (p90/p10), and a load average
+# below the core count (the bench's own threads excluded: load measured before it starts).
+IDENTITY_MAX = 1.5
+SPREAD_MAX = 1.5
+
+
+def quiet_check(data) -> dict:
+    """``{"quiet": bool, "why": [...], "identity_x_limit": ..., "spread": ...}`` from a
+    :func:`run` result: whether its figures describe the code or the machine's load."""
+    m = data["machine"]
+    why = []
+    cores = m.get("cores") or 1
+    load = max(m.get("load_before", 0.0), 0.0)
+    if load >= cores - 0.5:
+        why.append(f"load average {load:.1f} on {cores} cores before the run")
+    lims = {(lim["dtype"], lim["n"]): lim for lim in data["limits"]}
+    ratios = [r["rel_limit"] for r in data["rows"]
+              if r["activation"] == "identity" and r["pass"] == "fwd" and r["n"] >= 100_000
+              and (r["dtype"], r["n"]) in lims]
+    ix = max(ratios) if ratios else None
+    if ix is not None and ix > IDENTITY_MAX:
+        why.append(f"identity at {ix:.2f}x the copy limit (> {IDENTITY_MAX})")
+    spread = data.get("spread")
+    if spread is not None and spread > SPREAD_MAX:
+        why.append(f"repeats spread up to {spread:.2f}x (p90/p10 > {SPREAD_MAX})")
+    return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load}
 
 
 def _limits():
@@ -128,6 +165,8 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     """
     import iglu_np
 
+    load_before = _load()
+    del _SPREADS[:]
     acts = iglu_np.ACTIVATIONS
     names = list(names or acts)
     for n in names:
@@ -198,7 +237,21 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             limits.append({"dtype": dts, "n": n, "copy": t_copy, "two_in_one_out": t_two})
             for r in rows[first_row:]:
                 r["rel_limit"] = r["seconds"] / (t_copy if r["pass"] == "fwd" else t_two)
-    return {"machine": machine_info(), "rows": rows, "limits": limits}
+    m = machine_info()
+    m["load_before"], m["load_after"] = load_before, _load()
+    spreads = sorted(_SPREADS)
+    # the 90th percentile of the measurements' spreads: one hiccup does not flag a run
+    data = {"machine": m, "rows": rows, "limits": limits,
+            "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None}
+    data["quiet"] = quiet_check(data)
+    return data
+
+
+def _load() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except OSError:
+        return 0.0
 
 
 def _torch_times(th, name, tx, tg, to, repeats, min_time):
@@ -264,6 +317,16 @@ def markdown(data) -> str:
         "means we are faster (torch bwd = autograd forward+backward).",
         "",
     ]
+    q = data.get("quiet") or quiet_check(data)
+    if q["quiet"]:
+        lines.append(f"Machine quiet: load {q['load']:.1f}, identity at "
+                     + (f"{q['identity_x_limit']:.2f}x" if q["identity_x_limit"] else "-")
+                     + " the copy limit, repeats within "
+                     + (f"{q['spread']:.2f}x." if q["spread"] else "-."))
+    else:
+        lines.append("**Machine not quiet: " + "; ".join(q["why"]) + ". These figures "
+                     "measure the machine's load as much as the code: rerun on an idle machine.**")
+    lines.append("")
     for lim in data["limits"]:
         lines.append(f"- {lim['dtype']} n={lim['n']}: copy limit "
                      f"{lim['copy'] / lim['n'] * 1e9:.3f} ns/el, two-in-one-out "

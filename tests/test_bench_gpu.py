@@ -42,3 +42,18 @@ def test_gpu_bench_runs_on_a_gpu():
     names = [r["name"] for r in data["rows"]]
     assert names[:2] == ["(copy limit)", "(cupy.negative)"] and "iglu" in names
     assert all(r["fwd_ms"] > 0 for r in data["rows"])
+
+
+def test_cpu_bench_says_when_the_machine_is_not_quiet():
+    from iglu_np import bench
+
+    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [{"dtype": "float32", "n": 10**6}],
+            "rows": [{"activation": "identity", "pass": "fwd", "dtype": "float32", "n": 10**6,
+                      "rel_limit": 1.05}], "spread": 1.1}
+    assert bench.quiet_check(data)["quiet"]
+    data["rows"][0]["rel_limit"] = 3.0
+    data["spread"] = 2.5
+    data["machine"]["load_before"] = 3.0
+    q = bench.quiet_check(data)
+    assert not q["quiet"] and len(q["why"]) == 3
+    assert "identity at 3.00x the copy limit" in q["why"][1]
