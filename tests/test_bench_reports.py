@@ -1,4 +1,4 @@
-"""``iglu-np bench --device gpu`` without a GPU: a clear message and exit status 2; the
+"""The bench reports without a GPU: ``--device gpu`` exits 2 with a clear message; the
 report's table from synthetic data (the measurement itself needs a GPU: tests marked gpu
 and the device runs)."""
 from __future__ import annotations
