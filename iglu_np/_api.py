@@ -57,6 +57,13 @@ def _all_half(data) -> bool:
     return half
 
 
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two arrays over exactly the same elements in the same order (elementwise aliasing
+    is safe then; any other overlap needs numpy's buffering)."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.strides == b.strides and a.shape == b.shape)
+
+
 def _unbroadcast(a: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape)."""
     if a.shape == shape:
@@ -365,13 +372,15 @@ class Activation:
             if not ((fl.c_contiguous and fl.aligned and fl.writeable) if order is None else
                     (fl.aligned and fl.writeable and _FAST.mem_flat(out, order) is not None)):
                 return None
-            # Two arrays that own their memory cannot overlap: skip the 0.5 us
-            # may_share_memory for the usual preallocated buffers.
-            if out is not x and out is not g and (out.base is not None or x.base is not None or (
-                g is not None and g.base is not None)) and (
-                np.may_share_memory(out, x) or (g is not None and np.may_share_memory(out, g))
-            ):
-                return None  # partial overlap: numpy's buffered semantics
+            # Each operand on its own: out may be exactly x (or g), elementwise that is
+            # safe; any other overlap (a shifted view) goes to numpy's buffered path. Two
+            # arrays that own their memory cannot overlap: skip the 0.5 us may_share_memory
+            # for the usual preallocated buffers.
+            for a in (x, g):
+                if a is None or a is out or (out.base is None and a.base is None):
+                    continue
+                if np.may_share_memory(out, a) and not _same_view(out, a):
+                    return None
             o = out
         fast = _FAST or _cpu_fast()
         n = x.size

@@ -155,6 +155,18 @@ def vector_plan(arrs, pargs, out, cdt):
     return ddt
 
 
+def _overlaps(cupy, o, operands) -> bool:
+    """Whether ``o`` shares memory with an operand other than as exactly the same view."""
+    for a in operands:
+        if a is o:
+            continue
+        if cupy.may_share_memory(o, a) and not (
+            a.data.ptr == o.data.ptr and a.strides == o.strides and a.shape == o.shape
+        ):
+            return True
+    return False
+
+
 def _run_vector(cupy, act, kind, arrs, pargs, out, ddt, cdt):
     kern, lanes = get_vector_kernel(act.name, kind, ddt)
     o = out if out is not None else cupy.empty_like(arrs[0])  # keeps C or F order
@@ -234,6 +246,8 @@ def backward_all(act, data, params, out):
         return None
     cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
     o = _as_cupy(cupy, out[0] if isinstance(out, tuple) else out) if out is not None else None
+    if o is not None and _overlaps(cupy, o, arrs):
+        return None  # the two-pass path buffers it
     ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
     if ddt is None or len(arrs) != 2:
         return None
@@ -292,6 +306,12 @@ def run(act, kind, data, params, out):
             raise TypeError(f"{name}: out= must be a floating array, got {o.dtype}")
     else:
         o = None
+    if o is not None and _overlaps(cupy, o, [*arrs, *(p for p in pargs if _is_device(p))]):
+        # out shares memory with an operand other than as the very same view: compute into
+        # a temporary and copy, numpy's buffered semantics (kernels read and write in any order)
+        res = run(act, kind, data, params, None)
+        o[...] = res
+        return out
     ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
     if ddt is not None:  # contiguous, aligned, scalar parameters: 128-bit accesses
         o = _run_vector(cupy, act, kind, arrs, pargs, o, ddt, cdt)
