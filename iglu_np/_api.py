@@ -15,7 +15,7 @@ import numpy as np
 from . import backends
 from ._spec import REGISTRY
 
-__all__ = ["Activation", "ACTIVATIONS", "get"]
+__all__ = ["Activation", "get"]
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -55,6 +55,26 @@ def _all_half(data) -> bool:
         elif dt is not None and dt.kind == "f":
             return False
     return half
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _fits_f32(v) -> bool:
+    """Whether a parameter value keeps its value in float32: finite there and either 0 or
+    normal (a subnormal float32 parameter would carry only a few bits)."""
+    a = np.abs(np.asarray(v, dtype=np.float64))
+    return bool(np.all((a <= _F32_MAX) & ((a >= _F32_TINY) | (a == 0)) | ~np.isfinite(a)))
+
+
+def widened(cdt, params) -> np.dtype:
+    """The dtype to compute in: ``cdt``, or float64 where ``cdt`` is float32 and a
+    parameter value lies outside float32's range (sigma=1e39 is valid and its results are
+    finite, but float32(1e39) is inf). The result is rounded to ``cdt`` once at the end."""
+    if cdt == _F32 and not all(_fits_f32(v) for v in params):
+        return _F64
+    return cdt
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
@@ -203,14 +223,16 @@ class Activation:
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
-        res = _cpu_fast().backward_params(self, vals, cdt)
+        wdt = widened(cdt, vals[2:])
+        res = _cpu_fast().backward_params(self, vals, cdt) if wdt == cdt else None
         if res is not None:
             return res
         res = {}
         for i, p in enumerate(self.param_names):
-            full = self._call_ufunc("bwd_" + p, vals, cdt, None)
+            full = self._call_ufunc("bwd_" + p, vals, wdt, None)
             pshape = np.shape(vals[2 + i])
-            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape))
+            with np.errstate(over="ignore"):
+                res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape)).astype(cdt, copy=False)
         return res
 
     def backward_all(self, x, grad_out, /, *, out=None, **params) -> tuple:
@@ -235,7 +257,7 @@ class Activation:
         elif self.param_names:
             q = {k: v for k, v in params.items() if k != "backend"}
             vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), q)
-            res = _cpu_fast().backward_all(self, vals, cdt, out)
+            res = _cpu_fast().backward_all(self, vals, cdt, out) if widened(cdt, vals[2:]) == cdt else None
             if res is not None:
                 return res
         gx = self.backward(x, grad_out, out=out, **params)
@@ -361,6 +383,8 @@ class Activation:
                 tv = type(v)
                 if tv is not float and tv is not int and not isinstance(v, np.floating):
                     return None
+                if dt is _F32 and v and not (_F32_TINY <= abs(v) <= _F32_MAX):
+                    return None  # computed in float64 by the general path (widened)
         else:
             vals = self._defaults_tuple
         if out is None:
@@ -448,9 +472,13 @@ class Activation:
                 raise TypeError(f"{self.name}: out= must be a numpy array, got {type(out).__name__}")
             if not out.flags.writeable:
                 raise ValueError(f"{self.name}: out= is read-only")
-        r = _cpu_fast().run(self, kind, vals, cdt, out, len(data))
+        wdt = widened(cdt, vals[len(data):])
+        r = _cpu_fast().run(self, kind, vals, cdt, out, len(data)) if wdt == cdt else None
         if r is None:
-            r = self._call_ufunc(kind, vals, cdt, out)
+            r = self._call_ufunc(kind, vals, wdt, out)
+            if out is None and wdt != cdt:
+                with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
+                    r = r.astype(cdt)
         if out is None and cdt == _F32 and _all_half(data):
             with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
                 r = r.astype(_F16)  # float16 in: computed in float32, returned as float16

@@ -193,7 +193,7 @@ def _is_device(v) -> bool:
 def _prepare(act, data, params):
     """CuPy operands, compute dtype, output dtype, parameter arguments (scalars or device
     arrays in the compute dtype, validated) and the broadcast shape."""
-    from .._api import _all_half, _compute_dtype
+    from .._api import _all_half, _compute_dtype, widened
 
     import cupy
 
@@ -205,15 +205,6 @@ def _prepare(act, data, params):
                 "arrays for x and grad_out (use cupy.asarray); parameters may be host values"
             )
     arrs = [_as_cupy(cupy, d) for d in data]
-    cdt = None
-    for nm, a in zip(_DATA_NAMES, arrs):
-        dt = _compute_dtype(name, nm, a.dtype)
-        cdt = dt if cdt is None else np.promote_types(cdt, dt)
-    half = cdt == np.float32 and _all_half(arrs)
-    odt = np.dtype(np.float16) if half else cdt
-    if not half:
-        arrs = [a if a.dtype == cdt else a.astype(cdt) for a in arrs]
-
     host_params, dev_params = {}, {}
     for k, v in params.items():
         if _is_device(v):
@@ -222,6 +213,15 @@ def _prepare(act, data, params):
         else:
             host_params[k] = v
     vals = act._param_values(host_params)
+    rdt = None
+    for nm, a in zip(_DATA_NAMES, arrs):
+        dt = _compute_dtype(name, nm, a.dtype)
+        rdt = dt if rdt is None else np.promote_types(rdt, dt)
+    cdt = widened(rdt, vals)  # float64 where a parameter overflows float32
+    half = rdt == np.float32 and _all_half(arrs)
+    odt = np.dtype(np.float16) if half else rdt
+    if not (half and cdt == rdt):
+        arrs = [a if a.dtype == cdt else a.astype(cdt) for a in arrs]
     pargs = []
     for p, v in zip(act.param_names, vals):
         if p in dev_params:
@@ -289,7 +289,7 @@ def run(act, kind, data, params, out):
             )
             # float64 accumulation, as in the Numba CUDA backend
             s = full.sum(axis=axes, dtype=np.float64, keepdims=True) if axes else full
-            res[p] = s.reshape(pshape).astype(cdt)
+            res[p] = s.reshape(pshape).astype(odt if odt != np.float16 else np.float32)
         return res
 
     if out is not None:
