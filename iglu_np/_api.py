@@ -238,8 +238,8 @@ class Activation:
     def backward_all(self, x, grad_out, /, *, out=None, **params) -> tuple:
         """``(grad_x, grads)``: the fused backward ``grad_out * f'(x)`` and the gradients
         of ``sum(grad_out * f(x))`` in each parameter (as :meth:`backward_params`), from
-        one read of x and grad_out where the backend fuses them (CPU and CuPy with scalar
-        parameters); otherwise from :meth:`backward` and :meth:`backward_params`, with the
+        one read of x and grad_out where the backend fuses them (CPU, CuPy and Numba CUDA,
+        with scalar parameters); otherwise from :meth:`backward` and :meth:`backward_params`, with the
         same results. ``out`` receives grad_x.
         """
         backend = params.get("backend")

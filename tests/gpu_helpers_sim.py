@@ -63,6 +63,10 @@ def cases(act):
             o = cuda.device_array(x1.shape, dtype=dt)
             act(dx, out=o, **ps)
             r["fwd_out"] = host(o)
+            gx, gp = act.backward_all(dx, dg, **ps)  # the one-pass kernel (scalar params)
+            r["all_bwd"] = host(gx)
+            for p, v in gp.items():
+                r["all_sum_" + p] = host(v)
             for p in names:
                 r["param_" + p] = np.asarray(ps[p])
             return r

@@ -314,6 +314,12 @@ def test_simulator_matches_cpu(sim_results, name, case):
         _compare(r["d_" + p], v, dt, f"{name} d_{p}")
     if "fwd_out" in r:
         _compare(r["fwd_out"], act(x, **ps), dt, f"{name} fwd out=")
+    if "all_bwd" in r:  # backward_all's one pass: grad_x as backward, sums as below
+        _compare(r["all_bwd"], act.backward(x, g, **ps), dt, f"{name} backward_all grad_x")
+        for p in act.param_names:
+            a, b = np.float64(r["all_sum_" + p]), np.float64(r["sum_" + p])
+            assert r["all_sum_" + p].shape == () and (a == b or abs(a - b) <= 8 * np.finfo(x.dtype).eps * abs(b)
+                                                      or not np.isfinite(b)), (name, p, a, b)
     # backward_params: the simulator sums in float64; compare with a float64 CPU sum of
     # the CPU elementwise gradients, relative to the sum of magnitudes.
     for p in act.param_names:

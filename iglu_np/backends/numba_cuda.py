@@ -263,6 +263,132 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     return fname, "\n".join(lines) + "\n"
 
 
+def _source_all(spec, ndim):
+    """Python source of the one-pass backward (scalar parameters): ``out = g * f'(x)`` and,
+    per parameter k, ``sum(g * df/dp_k)`` accumulated per thread in float64, summed over
+    the block in shared memory and added to ``acc[k]`` with one atomic per block."""
+    ps = spec.param_names
+    pn = [f"p{k}" for k in range(len(ps))]
+    if ndim == 1:
+        idx, decomp = "i", []
+    else:
+        js = [f"j{k}" for k in range(ndim)]
+        idx = ", ".join(js)
+        decomp = ["r = i"]
+        for k in range(ndim - 1, 0, -1):
+            decomp += [f"j{k} = r % x.shape[{k}]", f"r = r // x.shape[{k}]"]
+        decomp.append("j0 = r")
+    args = ", ".join(["xi", *pn])
+    body = [f"s{k} = _ACC(0.0)" for k in range(len(ps))]
+    body += ["while i < n:", *["    " + d for d in decomp],
+             f"    xi = _CT(x[{idx}])", f"    gi = _CT(g[{idx}])",
+             f"    out[{idx}] = gi * _fn({args})"]
+    body += [f"    s{k} += _ACC(gi * _fd{k}({args}))" for k in range(len(ps))]
+    body += ["    i += st", "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x"]
+    for k in range(len(ps)):
+        body += [f"buf[t] = s{k}", "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
+                 "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
+                 "    w //= 2", "if t == 0:", f"    cuda.atomic.add(acc, {k}, buf[0])",
+                 "cuda.syncthreads()"]
+    fname = f"iglu_np_{spec.name}_bwdall"
+    lines = [f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
+             "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"] + ["    " + b for b in body]
+    return fname, "\n".join(lines) + "\n"
+
+
+def _extent(dev):
+    """(first byte, one past the last byte) that a device array's elements span."""
+    cai = getattr(dev, "__cuda_array_interface__", None)
+    if cai is None:  # the simulator's arrays wrap a host array
+        cai = dev._ary.__array_interface__
+    lo = hi = int(cai["data"][0])
+    item = np.dtype(dev.dtype).itemsize
+    for n, st in zip(dev.shape, dev.strides):
+        if n > 1:
+            lo += min(0, (n - 1) * st)
+            hi += max(0, (n - 1) * st)
+    return lo, hi + item
+
+
+def _overlap(a, b) -> bool:
+    """Whether two device arrays share memory other than as exactly the same view."""
+    (la, ha), (lb, hb) = _extent(a), _extent(b)
+    if la == lb and tuple(a.strides) == tuple(b.strides) and tuple(a.shape) == tuple(b.shape):
+        return False
+    return la < hb and lb < ha
+
+
+def _kernel_all(name, compute, ndim):
+    """The jitted one-pass backward kernel (:func:`_source_all`)."""
+    key = ("all", name, np.dtype(compute).name, ndim)
+    k = _state.get(key)
+    if k is None:
+        with _lock:
+            k = _state.get(key)
+            if k is None:
+                spec = REGISTRY[name]
+                cuda = _cuda()
+                fname, src = _source_all(spec, ndim)
+                g = {"cuda": cuda, "_fn": device_function(name, "dx"),
+                     "_CT": np.dtype(compute).type, "_ACC": np.float64,
+                     "_BLOCK": SIM_THREADS if simulator() else THREADS}
+                for j, p in enumerate(spec.param_names):
+                    g[f"_fd{j}"] = device_function(name, "d" + p)
+                exec(compile(src, f"<iglu_np.backends.numba_cuda {fname}>", "exec"), g)
+                g[fname].__iglu_np_source__ = src
+                k = _state[key] = cuda.jit(g[fname])
+    return k
+
+
+def backward_all(act, data, params, out):
+    """grad_x and every scalar parameter's gradient in one pass over x and grad_out (same
+    shape, any strides), or None (array parameters, broadcasting, an out= that overlaps:
+    two passes then)."""
+    from .._api import _compute_dtype, widened
+
+    if not act.param_names or len(data) != 2 or not all(handles(d) for d in data):
+        return None
+    if any(handles(v) or np.ndim(v) != 0 for v in params.values()):
+        return None
+    cuda = _cuda()
+    devs = [_as_device(cuda, d) for d in data]
+    if tuple(devs[0].shape) != tuple(devs[1].shape) or devs[0].dtype != devs[1].dtype:
+        return None
+    cdt = _compute_dtype(act.name, "x", np.dtype(devs[0].dtype))
+    vals = act._param_values(params)
+    if widened(cdt, vals) != cdt:
+        return None
+    shape = tuple(devs[0].shape)
+    stream = _stream(cuda, [*data])
+    with _device_ctx(cuda, data[0]):
+        if out is not None:
+            out = out[0] if isinstance(out, tuple) else out
+            if not handles(out):
+                return None
+            odev = _as_device(cuda, out)
+            if tuple(odev.shape) != shape or odev.dtype != devs[0].dtype:
+                return None
+            if any(_overlap(d, odev) for d in devs):
+                return None  # out= overlapping x or g other than exactly: two passes
+        else:
+            odev = cuda.device_array(shape, dtype=devs[0].dtype, stream=stream)
+        acc = cuda.to_device(np.zeros(len(vals), np.float64), stream=stream)
+        n = math.prod(shape)
+        if n:
+            strides = [_broadcast_strides(w, d, shape) for w, d in zip(("x", "grad_out", "out"), [*devs, odev])]
+            cshape, cstr = collapse(shape, strides)
+            views = [_view(d, cshape, st) for d, st in zip([*devs, odev], cstr)]
+            kern = _kernel_all(act.name, cdt, len(cshape))
+            blocks, threads = _launch_dims(cuda, n)
+            kern[blocks, threads, stream](n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
+        sums = acc.copy_to_host(stream=stream)
+        if stream is not None and hasattr(stream, "synchronize"):
+            stream.synchronize()
+        grads = {p: _like(data[0], cuda.to_device(np.asarray(cdt.type(sums[k])), stream=stream))
+                 for k, p in enumerate(act.param_names)}
+        return (out if out is not None else _like(data[0], odev)), grads
+
+
 def _which(kind):
     if kind in ("fwd",):
         return "f"
