@@ -39,11 +39,12 @@ BACKENDS = CPU_BACKENDS + GPU_BACKENDS
 SEED = 20260301
 
 # What a registered activation must be covered by: aspect -> benchmark classes.
-# "backward_params" is required of activations with parameters only.
+# "backward_params" and "backward_all" are required of activations with parameters only.
 ASPECTS = (
-    "forward", "dx", "backward", "backward_params", "overhead", "peakmem",
+    "forward", "dx", "backward", "backward_params", "backward_all", "overhead", "peakmem",
     "temporaries", "copy_ratio", "accuracy", "trainer",
 )
+PARAM_ONLY = ("backward_params", "backward_all")
 REGISTRY_DRIVEN: list = []
 
 
@@ -76,7 +77,7 @@ def coverage_gaps(names=None, classes=None) -> dict:
     for n in names:
         act = iglu_np.ACTIVATIONS.get(n)
         need = [a for a in ASPECTS
-                if not (a == "backward_params" and act is not None and not act.param_names)]
+                if not (a in PARAM_ONLY and act is not None and not act.param_names)]
         miss = [a for a in need if n not in covered[a]]
         if miss:
             gaps[n] = miss

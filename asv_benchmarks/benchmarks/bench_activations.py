@@ -48,12 +48,12 @@ class _Throughput:
 
     def _build(self, name, dtype, size, backend):
         act = get_act(name)
-        if self.kind == "backward_params" and not act.param_names:
+        if self.kind in ("backward_params", "backward_all") and not act.param_names:
             raise NotImplementedError(f"{name} has no parameters")
         dev = Device(backend)
         self.act, self.dev = act, dev
         x = make_x(act, dtype, size)
-        g = make_grad(dtype, size) if self.kind in ("bwd", "backward_params") else None
+        g = make_grad(dtype, size) if self.kind in ("bwd", "backward_params", "backward_all") else None
         self.x = dev.to(x)
         self.g = dev.to(g) if g is not None else None
         self.out = dev.to(np.empty_like(x)) if self.kind != "backward_params" else None
@@ -78,6 +78,8 @@ class _Throughput:
             return lambda: act.dx(x, **okw)
         if self.kind == "bwd":
             return lambda: act.backward(x, g, **okw)
+        if self.kind == "backward_all":
+            return lambda: act.backward_all(x, g, **okw)
         return lambda: act.backward_params(x, g, **kw)
 
     def run(self):
@@ -125,12 +127,25 @@ class BackwardParams(_Throughput):
         self.run()
 
 
-# The same four on numba_cuda and cupy, stream synchronised inside the timed call; left
-# out at discovery on a machine without an NVIDIA GPU (asv's skip_benchmark_if).
+@registry_driven("backward_all")
+class BackwardAll(_Throughput):
+    """grad_x and the parameter gradients from one pass (``backward_all``): against
+    Backward + BackwardParams, what the fused pass saves."""
+
+    params = (PARAM_NAMES, DTYPES, SIZES, CPU_BACKENDS)
+    kind = "backward_all"
+
+    def time_backward_all(self, name, dtype, size, backend):
+        self.run()
+
+
+# The same on numba_cuda and cupy, stream synchronised inside the timed call; left out at
+# discovery on a machine without an NVIDIA GPU (asv's skip_benchmark_if).
 ForwardGPU = gpu_twin(Forward)
 BackwardGPU = gpu_twin(Backward)
 DxGPU = gpu_twin(Dx)
 BackwardParamsGPU = gpu_twin(BackwardParams)
+BackwardAllGPU = gpu_twin(BackwardAll)
 
 
 # --------------------------------------------------------------------------- overhead
