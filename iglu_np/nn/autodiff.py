@@ -355,6 +355,11 @@ class _Activation(Function):
 
     def backward(self, g):
         act, x, params = self.act, self.x, self.params
+        if self.needs[0] and any(self.needs[1:]):
+            # one read of x and g for both (backward_all; the same numbers as two passes)
+            gx, gp = act.backward_all(x, g, **params)
+            return (gx, *(gp[nm].astype(g.dtype, copy=False) if need else None
+                          for nm, need in zip(self.names, self.needs[1:])))
         gx = act.backward(x, g, **params) if self.needs[0] else None
         out = [gx]
         if any(self.needs[1:]):
