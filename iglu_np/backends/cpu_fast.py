@@ -124,7 +124,7 @@ def _ov_sl(p, lo, hi):
     return lambda p, lo, hi: p
 
 
-@numba.njit(inline="always", cache=True, **_JIT)
+@numba.njit(inline="always", cache=_CACHE, **_JIT)
 def _lanesum(buf, m):
     # Eight interleaved sums in a fixed order: SLP/loop vectorisable without fastmath,
     # and the same result on every run and thread count.
@@ -267,10 +267,10 @@ def _module(spec):
         for kind in cpu.kernel_kinds(spec):
             ns["l_" + kind] = numba.njit(cache=_CACHE, **_JIT)(ns["l_" + kind])
         for p in spec.param_names:
-            ns[f"_blk_{p}"] = numba.njit(inline="always", cache=True, **_JIT)(
+            ns[f"_blk_{p}"] = numba.njit(inline="always", cache=_CACHE, **_JIT)(
                 ns[f"_blk_{p}"])
         if spec.param_names:
-            ns["_blk_all"] = numba.njit(inline="always", cache=True, **_JIT)(ns["_blk_all"])
+            ns["_blk_all"] = numba.njit(inline="always", cache=_CACHE, **_JIT)(ns["_blk_all"])
         _mods[spec.name] = mod
         return mod
 
