@@ -77,6 +77,14 @@ def widened(cdt, params) -> np.dtype:
     return cdt
 
 
+def _detect(data):
+    """The backend of the first non-host operand, or None (all host: the CPU)."""
+    for d in data:
+        if not isinstance(d, _HOST_TYPES):
+            return backends.detect(d)
+    return None
+
+
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
     """Two arrays over exactly the same elements in the same order (elementwise aliasing
     is safe then; any other overlap needs numpy's buffering)."""
@@ -214,12 +222,7 @@ class Activation:
         A scalar parameter gets a 0-d array; an array parameter (e.g. per channel) gets
         an array of its own shape, summed over the axes it was broadcast along.
         """
-        backend = params.pop("backend", None)
-        if backend is None:
-            for d in (x, grad_out):
-                if not isinstance(d, _HOST_TYPES):
-                    backend = backends.detect(d)
-                    break
+        backend = params.pop("backend", None) or _detect((x, grad_out))
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
@@ -242,12 +245,7 @@ class Activation:
         with scalar parameters); otherwise from :meth:`backward` and :meth:`backward_params`, with the
         same results. ``out`` receives grad_x.
         """
-        backend = params.get("backend")
-        if backend is None:
-            for d in (x, grad_out):
-                if not isinstance(d, _HOST_TYPES):
-                    backend = backends.detect(d)
-                    break
+        backend = params.get("backend") or _detect((x, grad_out))
         if backend is not None and backend != "cpu":
             params = {k: v for k, v in params.items() if k != "backend"}
             res = backends.run_backward_all(backend, self, (x, grad_out), params, out)
@@ -453,12 +451,7 @@ class Activation:
             r = self._fast(kind, data, params, out)
             if r is not None:
                 return r
-        backend = params.pop("backend", None) if "backend" in params else None
-        if backend is None:
-            for d in data:
-                if not isinstance(d, _HOST_TYPES):
-                    backend = backends.detect(d)
-                    break
+        backend = (params.pop("backend", None) if "backend" in params else None) or _detect(data)
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, kind, data, params, out)
         names = ("x", "grad_out") if len(data) == 2 else ("x",)

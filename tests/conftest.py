@@ -47,3 +47,14 @@ def _gpu_available() -> bool:
         return bool(cuda.is_available())
     except Exception:
         return False
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    """NVRTC (the cuda-bindings and nvidia-cuda-nvrtc wheels) or a skip saying why."""
+    from . import gpu_helpers as H
+
+    ok, why = H.nvrtc_status()
+    if not ok:
+        pytest.skip(why)
+    return why

@@ -43,14 +43,6 @@ def _spec_with_cxx(name):
     return spec
 
 
-@pytest.fixture(scope="module")
-def nvrtc():
-    ok, why = H.nvrtc_status()
-    if not ok:
-        pytest.skip(why)
-    return why
-
-
 def test_every_spec_has_cxx():
     missing = [n for n in NAMES if not cxx.has_cxx(REGISTRY[n])]
     assert not missing, f"no C++ for {len(missing)} activations: {', '.join(missing)}"

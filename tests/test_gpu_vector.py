@@ -30,14 +30,6 @@ NAMES = sorted(REGISTRY)
 _VEC = {"float16": ".v4.u32", "float32": ".v4.f32", "float64": ".v2.f64"}
 
 
-@pytest.fixture(scope="module")
-def nvrtc():
-    ok, why = H.nvrtc_status()
-    if not ok:
-        pytest.skip(why)
-    return why
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_vector_kernels_compile_to_128_bit_accesses(nvrtc, name):
     spec = REGISTRY[name]

@@ -507,8 +507,11 @@ def run(act, kind: str, vals: list, cdt, out, n_data: int):
     return o
 
 
-def backward_params(act, vals: list, cdt):
-    """dict param -> 0-d gradient when every parameter is a scalar (else None)."""
+def _reduction_operands(vals: list, cdt):
+    """``(x, grad_out, params, shape, order)`` flat over x's memory for the reductions
+    (every parameter a scalar, x and grad_out laid out alike), else None. Summed in
+    memory order (like numpy's order='K' reductions): a Fortran-ordered x may round
+    differently from its C-ordered copy."""
     if cdt != _F32 and cdt != _F64:
         return None
     x = vals[0]
@@ -518,8 +521,6 @@ def backward_params(act, vals: list, cdt):
     order = axis_order(x)
     if order is None:
         return None
-    # summed in memory order (like numpy's order='K' reductions): a Fortran-ordered x
-    # may round differently from its C-ordered copy
     xf = _flat_in(x, cdt, shape, order)
     gf = _flat_in(vals[1], cdt, shape, order)
     if xf is None or gf is None:
@@ -532,6 +533,15 @@ def backward_params(act, vals: list, cdt):
         if pv is None:
             return None
         ps.append(pv)
+    return xf, gf, ps, shape, order
+
+
+def backward_params(act, vals: list, cdt):
+    """dict param -> 0-d gradient when every parameter is a scalar (else None)."""
+    ops = _reduction_operands(vals, cdt)
+    if ops is None:
+        return None
+    xf, gf, ps, shape, order = ops
     n = xf.size
     if n < MIN_SIZE:
         # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
@@ -561,27 +571,10 @@ def backward_all(act, vals: list, cdt, out):
     parameter is a scalar and the operands take the fast path, else None. grad_x and the
     gradients equal those of ``run(.., "bwd", ..)`` and :func:`backward_params` bit for bit
     (the same per-element values, block sums and order)."""
-    if not act.param_names or (cdt != _F32 and cdt != _F64):
+    ops = _reduction_operands(vals, cdt) if act.param_names else None
+    if ops is None or ops[0].size < MIN_SIZE:
         return None
-    x = vals[0]
-    if type(x) is not np.ndarray:
-        return None
-    shape = x.shape
-    order = axis_order(x)
-    if order is None:
-        return None
-    xf = _flat_in(x, cdt, shape, order)
-    gf = _flat_in(vals[1], cdt, shape, order)
-    if xf is None or gf is None or xf.size < MIN_SIZE:
-        return None
-    ps = []
-    for v in vals[2:]:
-        if isinstance(v, np.ndarray) and v.ndim > 0:
-            return None
-        pv = _param(v, cdt, ())
-        if pv is None:
-            return None
-        ps.append(pv)
+    xf, gf, ps, shape, order = ops
     if out is None:
         o = empty_like_layout(shape, cdt, order)
     else:

@@ -79,19 +79,23 @@ def get_kernel(name: str, kind: str, compute):
     from .._spec import REGISTRY
 
     compute = np.dtype(compute)
-    dev = cupy.cuda.Device().id
-    key = (dev, name, kind, compute.name)
+
+    def build():
+        ks = cxx.kernel_source(REGISTRY[name], kind, compute)
+        return cupy.ElementwiseKernel(ks.in_params, ks.out_params, ks.body, ks.name,
+                                      preamble=ks.preamble, options=cxx.NVRTC_OPTIONS)
+
+    return _memo((cupy.cuda.Device().id, name, kind, compute.name), build)
+
+
+def _memo(key, build):
+    """``_kernels[key]``, built once (per device: the key holds the device id)."""
     k = _kernels.get(key)
     if k is None:
         with _lock:
             k = _kernels.get(key)
             if k is None:
-                ks = cxx.kernel_source(REGISTRY[name], kind, compute)
-                k = cupy.ElementwiseKernel(
-                    ks.in_params, ks.out_params, ks.body, ks.name,
-                    preamble=ks.preamble, options=cxx.NVRTC_OPTIONS,
-                )
-                _kernels[key] = k
+                k = _kernels[key] = build()
     return k
 
 
@@ -103,16 +107,13 @@ def get_vector_kernel(name: str, kind: str, data_dtype):
     from .._spec import REGISTRY
 
     ddt = np.dtype(data_dtype)
-    dev = cupy.cuda.Device().id
-    key = ("vec", dev, name, kind, ddt.name)
-    k = _kernels.get(key)
-    if k is None:
-        with _lock:
-            k = _kernels.get(key)
-            if k is None:
-                vs = cxx.vector_kernel_source(REGISTRY[name], kind, ddt)
-                k = _kernels[key] = (cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes)
-    return k
+    return _memo(("vec", cupy.cuda.Device().id, name, kind, ddt.name),
+                 lambda: _raw(cupy, cxx.vector_kernel_source(REGISTRY[name], kind, ddt)))
+
+
+def _raw(cupy, vs):
+    """(RawKernel, lanes) of a :class:`cxx.VectorKernelSource`."""
+    return cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes
 
 
 def _sm_count(cupy) -> int:
@@ -251,15 +252,8 @@ def backward_all(act, data, params, out):
     ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
     if ddt is None or len(arrs) != 2:
         return None
-    key = ("bwdall", cupy.cuda.Device().id, act.name, ddt.name)
-    k = _kernels.get(key)
-    if k is None:
-        from .._spec import REGISTRY
-
-        with _lock:
-            vs = cxx.fused_backward_source(REGISTRY[act.name], ddt)
-            k = _kernels[key] = (cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes)
-    kern, lanes = k
+    kern, lanes = _memo(("bwdall", cupy.cuda.Device().id, act.name, ddt.name),
+                        lambda: _raw(cupy, cxx.fused_backward_source(act.spec, ddt)))
     y = o if o is not None else cupy.empty_like(arrs[0])
     n = arrs[0].size
     blocks = max(1, min(-(-max(1, n // lanes) // THREADS), _sm_count(cupy) * 4))

@@ -220,21 +220,25 @@ def _kinds(spec) -> list:
     return kinds
 
 
+def _index(ndim):
+    """(index expression, statements that compute it from the flat i) for ``ndim`` dims."""
+    if ndim == 1:
+        return "i", []
+    js = [f"j{k}" for k in range(ndim)]
+    decomp = ["r = i"]
+    for k in range(ndim - 1, 0, -1):
+        decomp += [f"j{k} = r % x.shape[{k}]", f"r = r // x.shape[{k}]"]
+    decomp.append("j0 = r")
+    return ", ".join(js), decomp
+
+
 def _source(spec, kind, arrays, ndim, scalar_sum):
     """Python source of the kernel; ``arrays[k]`` says whether parameter k is an array."""
     params = spec.param_names
     two = kind.startswith(("bwd", "sum"))
     data = ["x", "g"] if two else ["x"]
     pn = [f"p{k}" for k in range(len(params))]
-    if ndim == 1:
-        idx, decomp = "i", []
-    else:
-        js = [f"j{k}" for k in range(ndim)]
-        idx = ", ".join(js)
-        decomp = ["r = i"]
-        for k in range(ndim - 1, 0, -1):
-            decomp += [f"j{k} = r % x.shape[{k}]", f"r = r // x.shape[{k}]"]
-        decomp.append("j0 = r")
+    idx, decomp = _index(ndim)
     pv = [f"_CT({p}[{idx}])" if a else p for p, a in zip(pn, arrays)]
     call = f"_fn(_CT(x[{idx}]), {', '.join(pv)})" if pv else f"_fn(_CT(x[{idx}]))"
     val = f"_CT(g[{idx}]) * {call}" if two else call
@@ -269,15 +273,7 @@ def _source_all(spec, ndim):
     the block in shared memory and added to ``acc[k]`` with one atomic per block."""
     ps = spec.param_names
     pn = [f"p{k}" for k in range(len(ps))]
-    if ndim == 1:
-        idx, decomp = "i", []
-    else:
-        js = [f"j{k}" for k in range(ndim)]
-        idx = ", ".join(js)
-        decomp = ["r = i"]
-        for k in range(ndim - 1, 0, -1):
-            decomp += [f"j{k} = r % x.shape[{k}]", f"r = r // x.shape[{k}]"]
-        decomp.append("j0 = r")
+    idx, decomp = _index(ndim)
     args = ", ".join(["xi", *pn])
     body = [f"s{k} = _ACC(0.0)" for k in range(len(ps))]
     body += ["while i < n:", *["    " + d for d in decomp],
