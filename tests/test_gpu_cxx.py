@@ -184,45 +184,6 @@ def _cpu(act, kind, x, g, ps):
         return act._ufunc(kind)(*args)
 
 
-def _scale_key(kind):
-    if kind == "fwd":
-        return "f"
-    if kind in ("dx", "bwd"):
-        return "dx"
-    return kind.split("_", 1)[1]
-
-
-def _in_scale_units(spec, kind, dt, x, g, ps, got, want, d, max_ulp):
-    """Where the value cancels (near a zero crossing), measure in the accuracy harness's
-    unit: ulp of the spec's scale (the magnitude of the largest term), times |g| for the
-    fused backward. Each implementation is within a few such ulp of the truth (that is
-    what tests/accuracy.py proves), so they are within CROSS_ULP of each other, while one
-    rounding of a term (an FMA, a 1-ulp different exp) is many ulp of the cancelled value.
-    Only the points beyond max_ulp are re-measured (mpmath, a handful of points)."""
-    sfn = spec.scales.get(_scale_key(kind))
-    bad = np.nonzero(d > max_ulp)[0]
-    if sfn is None or bad.size == 0:
-        return d
-    import mpmath
-
-    d = d.copy()
-    fmax = float(np.finfo(dt).max)
-    with mpmath.workdps(40):
-        pv = [mpmath.mpf(float(dt(ps[p]))) for p in spec.param_names]
-        for i in bad:
-            if not (np.isfinite(got[i]) and np.isfinite(want[i]) and np.isfinite(x[i])):
-                continue
-            sc = abs(float(sfn(mpmath.mp, mpmath.mpf(float(x[i])), *pv)))
-            if g is not None:
-                sc *= abs(float(g[i]))
-            if not np.isfinite(sc):
-                continue
-            unit = max(float(np.spacing(dt(abs(want[i])))), float(np.spacing(dt(min(sc, fmax)))))
-            diff = abs(mpmath.mpf(float(got[i])) - mpmath.mpf(float(want[i])))
-            d[i] = min(d[i], float(diff / unit))
-    return d
-
-
 def _host_vs_cpu(host_libs, name, flags, max_ulp):
     spec = _spec_with_cxx(name)
     act = iglu_np.get(name)
@@ -241,7 +202,7 @@ def _host_vs_cpu(host_libs, name, flags, max_ulp):
                 if max_ulp > 0:  # bit-for-bit (max_ulp 0) counts subnormal differences too
                     with np.errstate(all="ignore"):
                         d = np.where(np.abs(got - want) <= 4 * np.finfo(dt).tiny, 0.0, d)
-                    d = _in_scale_units(spec, kind, dt, x, gg, ps, got, want, d, max_ulp)
+                    d = H.in_scale_units(spec, kind, dt, x, gg, ps, got, want, d, max_ulp)
                 i = int(np.argmax(d))
                 key = (np.dtype(dt).name, kind)
                 if d[i] > worst.get(key, (-1,))[0]:
