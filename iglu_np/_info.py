@@ -26,7 +26,7 @@ def backend_status() -> dict:
 
 def versions() -> dict:
     v = {"python": platform.python_version()}
-    for m in ("iglu_np", "numpy", "scipy", "numba", "llvmlite", "numba_cuda", "cupy", "dask"):
+    for m in ("iglu_np", "numpy", "scipy", "numba", "llvmlite", "numba_cuda", "numba_cuda_mlir", "cupy", "dask"):
         try:
             v[m] = importlib.import_module(m).__version__
         except Exception:

@@ -1,4 +1,6 @@
-"""Numba CUDA backend (the ``numba-cuda`` package).
+"""Numba CUDA backend: numba-cuda-mlir where installed, else numba-cuda
+(:mod:`iglu_np.backends.cuda_toolchain` chooses, and says what to install where neither
+can compile, e.g. numba-cuda on numpy >= 2.5).
 
 Each spec's scalar kernels (the same Python source as the CPU ufuncs, with the same
 elementary functions: iglu_np._vmath's, compiled for the GPU instead of libdevice's) are
@@ -37,6 +39,7 @@ import numpy as np
 
 from .._math import BIG
 from .._spec import REGISTRY
+from . import cuda_toolchain
 
 __all__ = ["handles", "status", "run", "device_function", "kernel_python", "compile_ptx", "simulator"]
 
@@ -60,13 +63,23 @@ def handles(array) -> bool:
 
 
 def _cuda():
-    from numba import cuda
-
+    """The toolchain's ``cuda`` module (numba-cuda-mlir where installed, else numba-cuda);
+    a RuntimeError naming the fix where it cannot compile (numba-cuda on numpy >= 2.5)."""
+    cuda = _state.get("cuda")
+    if cuda is None:
+        cuda = _state["cuda"] = cuda_toolchain.cuda_module()
     return cuda
 
 
+def _mlir() -> bool:
+    return cuda_toolchain.choose() == cuda_toolchain.MLIR
+
+
 def simulator() -> bool:
-    """True under ``NUMBA_ENABLE_CUDASIM=1`` (kernels run as Python on the CPU)."""
+    """True under ``NUMBA_ENABLE_CUDASIM=1`` with numba-cuda (kernels run as Python on the
+    CPU; numba-cuda-mlir has no simulator)."""
+    if _mlir():
+        return False
     from numba.cuda.core import config
 
     return bool(config.ENABLE_CUDASIM)
@@ -74,15 +87,20 @@ def simulator() -> bool:
 
 def status():
     """(usable, reason) for ``iglu-np info``."""
+    tool = cuda_toolchain.choose()
+    why = cuda_toolchain.problem(tool)
+    if why is not None:
+        return False, why
+    mod = "numba_cuda_mlir" if tool == cuda_toolchain.MLIR else "numba_cuda"
     try:
-        import numba_cuda
-    except ImportError:
-        return False, "numba-cuda not installed (pip install 'iglu-np[cuda12]' or '[cuda13]')"
-    ver = getattr(numba_cuda, "__version__", "?")
+        ver = getattr(__import__(mod), "__version__", "?")
+    except ImportError as e:
+        return False, f"{tool} fails to import ({e})"
+    ver = f"{tool} {ver}"
     try:
         cuda = _cuda()
         if simulator():
-            return True, f"numba-cuda {ver}, CUDA simulator (NUMBA_ENABLE_CUDASIM=1): slow, for tests"
+            return True, f"{ver}, CUDA simulator (NUMBA_ENABLE_CUDASIM=1): slow, for tests"
         dev = cuda.get_current_device()
     except Exception as e:
         import ctypes.util
@@ -90,10 +108,10 @@ def status():
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if ctypes.util.find_library("cuda") is None:
             msg = "no NVIDIA driver: libcuda not found"
-        return False, f"numba-cuda {ver} installed, but no usable CUDA GPU/driver ({msg})"
+        return False, f"{ver} installed, but no usable CUDA GPU/driver ({msg})"
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     cc = ".".join(map(str, dev.compute_capability))
-    return True, f"numba-cuda {ver}, {name} (compute capability {cc})"
+    return True, f"{ver}, {name} (compute capability {cc})"
 
 
 # --------------------------------------------------------------------------- device functions
@@ -185,9 +203,11 @@ def _rebinder():
 
         cuda = _cuda()
         dev = cuda.jit(device=True, inline=True)
-        if simulator():
+        if simulator() or _mlir():
             # The simulator runs the Python: no fused fma (keep Dekker), and _vmath's bit
-            # intrinsics cannot run as Python, so libm's math there.
+            # intrinsics cannot run as Python, so libm's math there. numba-cuda-mlir does
+            # not take Numba-core intrinsics (the unrolled Horner, _vmath's bit casts):
+            # plain device functions and libdevice's math there.
             rb = Rebinder(dev)
         else:
             hor = _horner_intrinsic()
@@ -472,8 +492,12 @@ def signature(name, kind, dtype, arrays=None, ndim=1, data_dtype=None, scalar_su
 
 
 def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None):
-    """PTX of a kernel for compute capability ``cc``; works without a GPU (needs the NVVM
-    wheel, e.g. ``numba-cuda[cu13]``)."""
+    """PTX of a kernel for compute capability ``cc``; works without a GPU with numba-cuda
+    (and its NVVM wheel, e.g. ``numba-cuda[cu13]``). Its signatures are Numba-core types,
+    which numba-cuda-mlir does not take (and 0.6 needs a GPU to compile anyway)."""
+    if _mlir():
+        raise RuntimeError("compile_ptx needs numba-cuda (IGLU_NP_CUDA_TOOLCHAIN=numba-cuda): "
+                           "numba-cuda-mlir takes its own signature types and needs a GPU")
     cuda = _cuda()
     py = kernel_python(name, kind, dtype, arrays, ndim)
     sig = signature(name, kind, dtype, arrays, ndim, data_dtype)
@@ -510,8 +534,7 @@ def _view(dev, shape, strides):
 
         a = np.lib.stride_tricks.as_strided(dev._ary, shape, strides)
         return FakeCUDAArray(a, stream=dev.stream)
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
+    DeviceNDArray = _cuda().cudadrv.devicearray.DeviceNDArray  # either toolchain's
     return DeviceNDArray(shape, strides, dev.dtype, stream=dev.stream, gpu_data=dev.gpu_data)
 
 
@@ -609,7 +632,6 @@ def run(act, kind, data, params, out):
 
     cuda = _cuda()
     name = act.name
-    spec = act.spec
     for nm, d in zip(_DATA_NAMES, data):
         if not handles(d):
             raise TypeError(

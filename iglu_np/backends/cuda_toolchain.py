@@ -1,0 +1,91 @@
+"""Which Numba CUDA compiler the ``numba_cuda`` backend uses.
+
+* **numba-cuda-mlir** (``from numba_cuda_mlir import cuda``), NVIDIA's maintained successor,
+  when it is installed (the ``cuda12``/``cuda13`` extras install it). It compiles plain
+  ``@cuda.jit`` kernels and device functions; Numba-core extensions (intrinsics) do not
+  reach it, so the backend compiles the kernels with Horner loops and CUDA's libdevice
+  math there. It has no simulator and cannot compile without a GPU (version 0.6).
+* **numba-cuda** (``from numba import cuda``) otherwise. In maintenance mode, and it fails
+  at its first kernel compile on numpy >= 2.5 (it overloads ``numpy.row_stack``, which
+  numpy 2.5 removed): :func:`check` turns that into a clear error naming the fix. It is
+  what CI's no-GPU proofs use (PTX of every kernel, the CUDA simulator).
+
+``IGLU_NP_CUDA_TOOLCHAIN=numba-cuda`` or ``=numba-cuda-mlir`` forces one.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+
+__all__ = ["MLIR", "NUMBA_CUDA", "choose", "check", "problem", "cuda_module"]
+
+MLIR = "numba-cuda-mlir"
+NUMBA_CUDA = "numba-cuda"
+_ENV = "IGLU_NP_CUDA_TOOLCHAIN"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def choose() -> str:
+    """The toolchain to use: the environment's choice, else numba-cuda-mlir where
+    installed, else numba-cuda."""
+    v = os.environ.get(_ENV, "").strip().lower()
+    if v:
+        if v not in (MLIR, NUMBA_CUDA):
+            raise ValueError(f"{_ENV}={v!r}: expected {NUMBA_CUDA!r} or {MLIR!r}")
+        return v
+    return MLIR if _installed("numba_cuda_mlir") else NUMBA_CUDA
+
+
+def problem(toolchain: str | None = None) -> str | None:
+    """Why the toolchain cannot compile here (a sentence naming the fix), or None."""
+    toolchain = toolchain or choose()
+    if toolchain == MLIR:
+        if not _installed("numba_cuda_mlir"):
+            return (f"{_ENV}={MLIR} but numba-cuda-mlir is not installed: "
+                    "pip install 'iglu-np[cuda13]' (or '[cuda12]')")
+        return None
+    if not _installed("numba_cuda"):
+        return "neither numba-cuda-mlir nor numba-cuda is installed: pip install 'iglu-np[cuda13]' (or '[cuda12]')"
+    if not hasattr(np, "row_stack") and not _simulator_requested():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ver = version("numba-cuda")
+        except PackageNotFoundError:
+            ver = "?"
+        return (f"numba-cuda {ver} cannot compile kernels on numpy {np.__version__}: it overloads "
+                "numpy.row_stack, which numpy 2.5 removed, and is in maintenance mode. Install its "
+                "successor numba-cuda-mlir (pip install 'iglu-np[cuda13]' or '[cuda12]'), or use numpy<2.5")
+    return None
+
+
+def _simulator_requested() -> bool:
+    # The simulator runs kernels as Python: no compile, so no row_stack overload needed.
+    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def check(toolchain: str | None = None) -> str:
+    """The usable toolchain, or a RuntimeError saying why not and what to install."""
+    toolchain = toolchain or choose()
+    why = problem(toolchain)
+    if why is not None:
+        raise RuntimeError(f"iglu_np numba_cuda backend: {why}")
+    return toolchain
+
+
+def cuda_module(toolchain: str | None = None):
+    """The ``cuda`` module of the toolchain (after :func:`check`)."""
+    toolchain = check(toolchain)
+    if toolchain == MLIR:
+        from numba_cuda_mlir import cuda
+    else:
+        from numba import cuda
+    return cuda
