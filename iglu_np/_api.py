@@ -329,13 +329,16 @@ class Activation:
             fl = out.flags
             if not (fl.c_contiguous and fl.aligned and fl.writeable):
                 return None
+            # Each operand separately: ``out is x`` (exact aliasing, safe elementwise) says
+            # nothing about grad_out, which may be a shifted view of the same buffer.
             # Two arrays that own their memory cannot overlap: skip the 0.5 us
             # may_share_memory for the usual preallocated buffers.
-            if out is not x and out is not g and (out.base is not None or x.base is not None or (
-                g is not None and g.base is not None)) and (
-                np.may_share_memory(out, x) or (g is not None and np.may_share_memory(out, g))
-            ):
-                return None  # partial overlap: numpy's buffered semantics
+            ob = out.base
+            for a in (x, g):
+                if a is None or a is out:
+                    continue
+                if (ob is not None or a.base is not None) and np.may_share_memory(out, a):
+                    return None  # partial overlap: numpy's buffered semantics
             o = out
         fast = _FAST or _cpu_fast()
         n = x.size
