@@ -57,6 +57,39 @@ def _all_half(data) -> bool:
     return half
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _beyond_f32(vals) -> int | None:
+    """The first parameter value that float32 cannot hold (|v| > max, or a nonzero |v|
+    below the smallest normal, where it would round to inf, 0 or a subnormal); its
+    index, or None. On the CPU such parameters compute in float64 (then cast back)."""
+    for i, v in enumerate(vals):
+        if type(v) is float or type(v) is int:
+            a = abs(v)
+            if a > _F32_MAX or (a != 0 and a < _F32_TINY):
+                return i
+            continue
+        a = np.abs(np.asarray(v, dtype=np.float64))
+        if a.size and ((a > _F32_MAX).any() or ((a != 0) & (a < _F32_TINY)).any()):
+            return i
+    return None
+
+
+def _f32_range_error(act, vals, backend: str) -> None:
+    """A GPU backend computes float32 in float32: refuse a parameter it cannot hold."""
+    i = _beyond_f32(vals)
+    if i is not None:
+        p = act.param_names[i]
+        raise ValueError(
+            f"{act.name}: parameter {p} has a value outside float32's range for a float32 "
+            f"input on the {backend} backend (|{p}| must be 0 or within "
+            f"[{_F32_TINY:.7g}, {_F32_MAX:.7g}]); pass float64 data, or compute on the CPU, "
+            "which promotes such a parameter to float64"
+        )
+
+
 def _unbroadcast(a: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape)."""
     if a.shape == shape:
@@ -196,14 +229,19 @@ class Activation:
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
-        res = _cpu_fast().backward_params(self, vals, cdt)
-        if res is not None:
-            return res
+        rdt = cdt
+        if cdt == _F32 and _beyond_f32(vals[2:]) is not None:
+            cdt = _F64  # a parameter float32 cannot hold: compute in float64, cast back
+        else:
+            res = _cpu_fast().backward_params(self, vals, cdt)
+            if res is not None:
+                return res
         res = {}
         for i, p in enumerate(self.param_names):
             full = self._call_ufunc("bwd_" + p, vals, cdt, None)
             pshape = np.shape(vals[2 + i])
-            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape))
+            r = _unbroadcast(np.asarray(full), pshape)
+            res[p] = np.asarray(r if rdt == cdt else r.astype(rdt))
         return res
 
     def __reduce__(self):
@@ -315,6 +353,8 @@ class Activation:
                 return None
         if params:
             vals = self._param_values(params)  # validates; raises the usual errors
+            if dt is _F32 and _beyond_f32(vals) is not None:
+                return None  # computed in float64 by the general path
             for v in vals:
                 tv = type(v)
                 if tv is not float and tv is not int and not isinstance(v, np.floating):
@@ -399,9 +439,17 @@ class Activation:
                 raise TypeError(f"{self.name}: out= must be a numpy array, got {type(out).__name__}")
             if not out.flags.writeable:
                 raise ValueError(f"{self.name}: out= is read-only")
-        r = _cpu_fast().run(self, kind, vals, cdt, out, len(data))
-        if r is None:
-            r = self._call_ufunc(kind, vals, cdt, out)
+        if cdt == _F32 and _beyond_f32(vals[len(data):]) is not None:
+            # A parameter float32 cannot hold (sigma=1e39 would become inf, 1e-50 zero):
+            # compute in float64 and round the result to float32 once.
+            r = self._call_ufunc(kind, vals, _F64, out)
+            if out is None:
+                with np.errstate(over="ignore"):
+                    r = r.astype(_F32)
+        else:
+            r = _cpu_fast().run(self, kind, vals, cdt, out, len(data))
+            if r is None:
+                r = self._call_ufunc(kind, vals, cdt, out)
         if out is None and cdt == _F32 and _all_half(data):
             with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
                 r = r.astype(_F16)  # float16 in: computed in float32, returned as float16

@@ -97,7 +97,7 @@ def _is_device(v) -> bool:
 
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
-    from .._api import _all_half, _compute_dtype
+    from .._api import _all_half, _compute_dtype, _f32_range_error
 
     name = act.name
     if not cxx.has_cxx(act.spec):
@@ -138,6 +138,8 @@ def run(act, kind, data, params, out):
         else:
             host_params[k] = v
     vals = act._param_values(host_params)
+    if cdt == np.float32:
+        _f32_range_error(act, vals, "cupy")
     pargs = []
     for p, v in zip(act.param_names, vals):
         if p in dev_params:
