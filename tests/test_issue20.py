@@ -97,3 +97,17 @@ def test_row_16_xielu_dx_root_cancellation_float32():
             t = mpmath.mpf(an) * mpmath.expm1(mpmath.mpf(float(xi))) + mpmath.mpf(beta)
         ulp = float(np.spacing(np.float32(abs(float(t)))))
         assert abs(float(g) - float(t)) <= 1 * ulp, (xi, g, t)
+
+
+# ------------------------------------------------------------------ row 10: environment errors
+@pytest.mark.parametrize("var", ["IGLU_NP_PARALLEL_THRESHOLD", "IGLU_NP_FAST_MIN_SIZE",
+                                 "IGLU_NP_FAST_WARM_CALLS"])
+def test_row_10_bad_environment_value_names_the_variable(var):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", "import numpy as np, iglu_np; iglu_np.relu(np.ones(3))"],
+        env={**__import__("os").environ, var: "64k"}, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert var in r.stderr and "'64k'" in r.stderr and "non-negative integer" in r.stderr
