@@ -25,6 +25,8 @@ _COMPUTE = {_F16: _F32, _F32: _F32, _F64: _F64}
 
 
 def _compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
+    if dt.byteorder not in "=|":  # a byte-swapped float32 is float32 (numpy casts it)
+        dt = dt.newbyteorder("=")
     c = _COMPUTE.get(dt)
     if c is not None:
         return c
@@ -90,6 +92,27 @@ def _f32_range_error(act, vals, backend: str) -> None:
         )
 
 
+def _host_array(v):
+    """A memoryview (or other buffer-protocol object numpy reads) as a numpy array;
+    anything else unchanged."""
+    if isinstance(v, memoryview):
+        return np.asarray(v)
+    return v
+
+
+def _pandas_kind(v):
+    """'series' / 'frame' for a pandas Series / DataFrame (pandas is never imported)."""
+    t = type(v)
+    if not t.__module__.startswith("pandas"):
+        return None
+    for c in t.__mro__:
+        if c.__name__ == "Series":
+            return "series"
+        if c.__name__ == "DataFrame":
+            return "frame"
+    return None
+
+
 def _unbroadcast(a: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape)."""
     if a.shape == shape:
@@ -114,6 +137,17 @@ def _cpu_fast():
     return _FAST
 
 
+_PUBLIC_KIND = {"fwd": "__call__", "bwd": "backward"}
+
+
+def _keyword_hint(act) -> str:
+    if not act.param_names:
+        return f"; {act.name} has no parameters"
+    ex = ", ".join(f"{p.name}={p.default!r}" for p in act.params)
+    return (f"; parameters are keyword-only: {', '.join(act.param_names)} "
+            f"(e.g. {act.name}(x, {ex}))")
+
+
 class _Op:
     """One kernel kind of an activation, callable with numpy semantics."""
 
@@ -122,7 +156,7 @@ class _Op:
         self._kind = kind
         self._n_data = n_data
         self.__doc__ = doc
-        self.__name__ = f"{act.name}.{kind}"
+        self.__name__ = f"{act.name}.{_PUBLIC_KIND.get(kind, kind)}"
 
     @property
     def ufunc(self) -> np.ufunc:
@@ -137,6 +171,7 @@ class _Op:
             raise TypeError(
                 f"{self.__name__}() takes {self._n_data} positional array argument(s) "
                 f"({'x, grad_out' if self._n_data == 2 else 'x'}), got {len(args)}"
+                + (_keyword_hint(self._act) if len(args) > self._n_data else "")
             )
         return self._act._run(self._kind, args, params, out)
 
@@ -160,7 +195,12 @@ class _DParams:
     def ufuncs(self) -> dict:
         return {p: self._act._ufunc("d_" + p) for p in self._act.param_names}
 
-    def __call__(self, x, **params):
+    def __call__(self, x, /, *args, **params):
+        if args:
+            raise TypeError(
+                f"{self.__name__}() takes 1 positional argument (x), got {1 + len(args)}"
+                + _keyword_hint(self._act)
+            )
         return {
             p: self._act._run("d_" + p, (x,), dict(params), None) for p in self._act.param_names
         }
@@ -202,7 +242,12 @@ class Activation:
         self.__signature__ = inspect.Signature(sig)
 
     # ------------------------------------------------------------------ public
-    def __call__(self, x, /, *, out=None, **params):
+    def __call__(self, x, /, *args, out=None, **params):
+        if args:
+            raise TypeError(
+                f"{self.name}() takes 1 positional argument (x), got {1 + len(args)}"
+                + _keyword_hint(self)
+            )
         return self._run("fwd", (x,), params, out)
 
     # ``backend="cpu" | "numba_cuda" | "cupy" | ...`` is accepted as a keyword by every
@@ -214,12 +259,21 @@ class Activation:
         (it may set floating-point flags, and numpy warn, where the function is silent)."""
         return self._ufunc("fwd")
 
-    def backward_params(self, x, grad_out, /, **params) -> dict:
+    def backward_params(self, x, grad_out, /, *args, **params) -> dict:
         """Gradients of ``sum(grad_out * f(x))`` in each parameter, reduced to its shape.
 
         A scalar parameter gets a 0-d array; an array parameter (e.g. per channel) gets
         an array of its own shape, summed over the axes it was broadcast along.
         """
+        if args:
+            raise TypeError(
+                f"{self.name}.backward_params() takes 2 positional arguments (x, grad_out), "
+                f"got {2 + len(args)}" + _keyword_hint(self)
+            )
+        # memoryviews and pandas objects: their values (the result is shaped like the
+        # parameters, so there is no index to keep)
+        x, grad_out = (np.asarray(d) if type(d) is memoryview or _pandas_kind(d) else d
+                       for d in (x, grad_out))
         backend = params.pop("backend", None)
         if backend is None:
             for d in (x, grad_out):
@@ -313,9 +367,13 @@ class Activation:
         vals = self._param_values(params)
         cdt = None
         for nm, d in zip(names, data):
+            # NEP 50: a Python float/int/bool is "weak" and takes the other operand's
+            # dtype (backward(x_f32, 2.0) stays float32); alone, it computes in float64.
+            if type(d) in (float, int, bool):
+                continue
             dt = _dtype_of(self.name, nm, d)
             cdt = dt if cdt is None else np.promote_types(cdt, dt)
-        return list(data) + vals, cdt
+        return list(data) + vals, (_F64 if cdt is None else cdt)
 
     def _call_ufunc(self, kind, vals, cdt, out):
         # Kernels may raise FP flags in branches they discard (inf*0, overflow in a tail
@@ -420,6 +478,21 @@ class Activation:
             r = self._fast(kind, data, params, out)
             if r is not None:
                 return r
+        if any(type(d) is memoryview for d in data):
+            data = tuple(_host_array(d) for d in data)
+        like = None
+        for d in data:
+            pk = _pandas_kind(d)
+            if pk is not None:
+                like = d if like is None else like
+        if like is not None:
+            # numpy's ufuncs on pandas objects: compute on the values, return the same
+            # type with the first pandas operand's index (and name / columns).
+            data = tuple(np.asarray(d) if _pandas_kind(d) else d for d in data)
+            r = self._run(kind, data, params, out)
+            if out is not None:
+                return out
+            return _rewrap(like, r)
         backend = params.pop("backend", None) if "backend" in params else None
         if backend is None:
             for d in data:
@@ -454,6 +527,13 @@ class Activation:
             with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
                 r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
         return r
+
+
+def _rewrap(like, r):
+    pd = __import__(type(like).__module__.split(".")[0])
+    if _pandas_kind(like) == "series":
+        return pd.Series(r, index=like.index, name=like.name)
+    return pd.DataFrame(r, index=like.index, columns=like.columns)
 
 
 def _build() -> dict:

@@ -111,3 +111,65 @@ def test_row_10_bad_environment_value_names_the_variable(var):
         env={**__import__("os").environ, var: "64k"}, capture_output=True, text=True)
     assert r.returncode != 0
     assert var in r.stderr and "'64k'" in r.stderr and "non-negative integer" in r.stderr
+
+
+# ------------------------------------------------------------- rows 6-9: numpy's conventions
+def test_row_6_byte_swapped_input_is_its_dtype():
+    for dt in (">f4", ">f8", "<f4"):
+        x = np.array([1.0, -1.0, 0.5], dtype=dt)
+        native = x.astype(np.dtype(dt).newbyteorder("="))
+        for f in (iglu_np.iglu, iglu_np.iglu.dx, iglu_np.gelu):
+            r = f(x)
+            assert r.dtype == native.dtype
+            np.testing.assert_array_equal(r, f(native))
+        np.testing.assert_array_equal(iglu_np.iglu.backward(x, x), iglu_np.iglu.backward(native, native))
+        np.testing.assert_array_equal(iglu_np.iglu.backward_params(x, x)["sigma"],
+                                      iglu_np.iglu.backward_params(native, native)["sigma"])
+
+
+def test_row_7_memoryview_and_pandas():
+    pd = pytest.importorskip("pandas")
+    x = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_array_equal(iglu_np.iglu(memoryview(x)), iglu_np.iglu(x))
+    np.testing.assert_array_equal(iglu_np.iglu.backward(memoryview(x), memoryview(x)),
+                                  iglu_np.iglu.backward(x, x))
+    s = pd.Series(x, index=["a", "b", "c"], name="v")
+    for r, want in [(iglu_np.iglu(s, sigma=0.5), iglu_np.iglu(x, sigma=0.5)),
+                    (iglu_np.iglu.dx(s), iglu_np.iglu.dx(x)),
+                    (iglu_np.iglu.backward(s, x), iglu_np.iglu.backward(x, x)),
+                    (iglu_np.iglu.dparams(s)["sigma"], iglu_np.iglu.dparams(x)["sigma"])]:
+        assert isinstance(r, pd.Series) and list(r.index) == ["a", "b", "c"] and r.name == "v"
+        np.testing.assert_array_equal(r.to_numpy(), want)
+    df = pd.DataFrame({"a": x, "b": -x}, index=[7, 8, 9])
+    r = iglu_np.gelu(df)
+    assert isinstance(r, pd.DataFrame) and list(r.columns) == ["a", "b"] and list(r.index) == [7, 8, 9]
+    np.testing.assert_array_equal(r.to_numpy(), iglu_np.gelu(df.to_numpy()))
+    np.testing.assert_array_equal(iglu_np.iglu.backward_params(s, s)["sigma"],
+                                  iglu_np.iglu.backward_params(x, x)["sigma"])
+
+
+def test_row_8_positional_parameter_says_keyword():
+    x = np.ones(3)
+    for call, what in [(lambda: iglu_np.iglu(x, 0.5), "iglu()"),
+                       (lambda: iglu_np.iglu.dx(x, 0.5), "iglu.dx()"),
+                       (lambda: iglu_np.iglu.backward(x, x, 0.5), "iglu.backward()"),
+                       (lambda: iglu_np.iglu.dparams(x, 0.5), "iglu.dparams()"),
+                       (lambda: iglu_np.iglu.backward_params(x, x, 0.5), "iglu.backward_params()")]:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert what in str(e.value) and "keyword" in str(e.value) and "sigma" in str(e.value)
+    with pytest.raises(TypeError, match=r"relu\(\).*no parameters"):
+        iglu_np.relu(x, 1.0)
+    with pytest.raises(TypeError, match=r"iglu\.backward\(\)"):
+        iglu_np.iglu.backward(x)
+
+
+def test_row_9_python_scalars_are_weak():
+    x32 = np.float32([1.0, -0.5])
+    assert iglu_np.iglu.backward(x32, 2.0).dtype == np.float32
+    assert iglu_np.iglu.backward(x32, 2).dtype == np.float32
+    assert iglu_np.iglu.backward(1.5, x32).dtype == np.float32
+    assert iglu_np.iglu.backward(x32, np.float64(2.0)).dtype == np.float64  # numpy scalars are not weak
+    assert iglu_np.iglu.backward(np.float16([1.0]), 2.0).dtype == np.float16
+    assert iglu_np.iglu(1.0).dtype == np.float64
+    np.testing.assert_array_equal(iglu_np.iglu.backward(x32, 2.0), iglu_np.iglu.backward(x32, np.float32([2, 2])))
