@@ -173,3 +173,76 @@ def test_row_9_python_scalars_are_weak():
     assert iglu_np.iglu.backward(np.float16([1.0]), 2.0).dtype == np.float16
     assert iglu_np.iglu(1.0).dtype == np.float64
     np.testing.assert_array_equal(iglu_np.iglu.backward(x32, 2.0), iglu_np.iglu.backward(x32, np.float32([2, 2])))
+
+
+# ------------------------------------------------------------------ rows 11-15: the trainer
+def _blobs(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    return X, y
+
+
+@pytest.mark.parametrize("kw", [{"alpha": float("nan")}, {"alpha": float("inf")}, {"alpha": -1.0},
+                                {"learning_rate_init": float("inf")},
+                                {"learning_rate_init": float("nan")}])
+def test_row_11_non_finite_hyperparameters_rejected_up_front(kw):
+    from iglu_np.nn import MLPClassifier
+
+    X, y = _blobs()
+    with pytest.raises(ValueError, match=list(kw)[0]):
+        MLPClassifier((4,), max_iter=2, **kw).fit(X, y)
+
+
+def test_row_12_interrupted_epoch_then_resume_matches_uninterrupted():
+    from iglu_np.nn import MLPClassifier
+
+    X, y = _blobs()
+    kw = dict(hidden_layer_sizes=(8,), max_iter=6, batch_size=16, random_state=3,
+              learning_rate_init=0.01, tol=0.0, n_iter_no_change=100)
+    want = MLPClassifier(**kw).fit(X, y)
+    clf = MLPClassifier(**kw)
+    clf.fit(X, y, n_epochs=2)
+    calls = {"n": 0}
+    orig = clf._loss
+
+    def interrupting(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:  # mid-epoch (8 batches an epoch)
+            raise KeyboardInterrupt
+        return orig(*a, **k)
+
+    clf._loss = interrupting
+    with pytest.raises(KeyboardInterrupt):
+        clf.fit(X, y, resume=True)
+    del clf._loss
+    assert clf.n_iter_ == 2 and clf.t_ == 2 * 8
+    clf.fit(X, y, resume=True)
+    assert clf.t_ == want.t_ and clf.n_iter_ == want.n_iter_
+    for a, b in zip(clf.coefs_, want.coefs_):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_row_13_max_iter_reached_warns_convergence():
+    from iglu_np.nn import ConvergenceWarning, MLPClassifier
+
+    X, y = _blobs()
+    with pytest.warns(ConvergenceWarning, match="maximum iterations"):
+        MLPClassifier((4,), max_iter=3, random_state=0).fit(X, y)
+
+
+def test_row_14_float64_divergence_raises():
+    from iglu_np.nn import MLPClassifier
+
+    X, y = _blobs()
+    with pytest.raises(FloatingPointError, match="diverged"):
+        MLPClassifier((16,), solver="sgd", learning_rate_init=1e10, max_iter=5, dtype="float64",
+                      random_state=0).fit(X, y)
+
+
+def test_row_15_partial_fit_single_class_rejected():
+    from iglu_np.nn import MLPClassifier
+
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        MLPClassifier((4,)).partial_fit(X, np.zeros(len(X), int), classes=[0])
