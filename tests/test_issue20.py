@@ -246,3 +246,105 @@ def test_row_15_partial_fit_single_class_rejected():
     X, y = _blobs()
     with pytest.raises(ValueError, match="at least 2 classes"):
         MLPClassifier((4,)).partial_fit(X, np.zeros(len(X), int), classes=[0])
+
+
+# ------------------------------------------------------------------ property tests
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROP_CASES = {"n": 0}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(NAMES), kind=st.sampled_from(["fwd", "dx", "bwd"]),
+       dtype=st.sampled_from([np.float32, np.float64]), n=st.integers(1, 3000),
+       shift=st.integers(-3, 3), step=st.sampled_from([1, 2]),
+       out_on=st.sampled_from(["x", "g"]), swap=st.booleans())
+@example(name="relu", kind="bwd", dtype=np.float64, n=3001, shift=1, step=1, out_on="x", swap=False)
+def test_property_out_overlapping_any_operand_gives_numpys_answer(name, kind, dtype, n, shift,
+                                                                 step, out_on, swap):
+    """out= a shifted (or strided) view of the buffer holding x or grad_out: the result
+    is the one computed from copies (numpy's buffered semantics)."""
+    PROP_CASES["n"] += 1
+    a = iglu_np.ACTIVATIONS[name]
+    m = n * step + abs(shift) + 1
+    buf = np.linspace(-4, 4, m).astype(dtype)
+    lo = max(0, -shift)
+    xs = buf[lo:lo + n * step:step]
+    os_ = buf[lo + shift:lo + shift + n * step:step]
+    if kind == "bwd":
+        g = np.linspace(1, 2, m).astype(dtype)
+        g = g[lo:lo + n * step:step]
+        x, gg = (xs, g) if out_on == "x" else (g, xs)
+        if swap:
+            x, gg = gg, x
+        want = a.backward(x.copy(), gg.copy())
+        got = a.backward(x, gg, out=os_)
+    else:
+        f = a if kind == "fwd" else a.dx
+        want = f(xs.copy())
+        got = f(xs, out=os_)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from([n for n in NAMES if iglu_np.ACTIVATIONS[n].params]),
+       which=st.integers(0, 3), exp=st.integers(-60, 60), sign=st.sampled_from([1.0, -1.0]),
+       mant=st.floats(1.0, 9.99))
+@example(name="iglu", which=0, exp=39, sign=1.0, mant=1.0)
+@example(name="squareplus", which=0, exp=39, sign=1.0, mant=1.0)
+def test_property_float32_parameters_of_any_magnitude(name, which, exp, sign, mant):
+    """Any in-domain parameter value, however large or small for float32: float32 data
+    gives the float64 answer rounded once, or a ValueError naming the parameter."""
+    PROP_CASES["n"] += 1
+    a = iglu_np.ACTIVATIONS[name]
+    p = a.params[which % len(a.params)]
+    v = sign * mant * 10.0 ** exp
+    x32 = np.float32([0.0, 1.0, -1.0, 2.5, -7.0, 1e-20, -1e20])
+    try:
+        a(x32[:1], **{p.name: v})
+    except ValueError as e:
+        assert p.name in str(e)
+        return
+    with np.errstate(all="ignore"):
+        for f in (a, a.dx):
+            got = f(x32, **{p.name: v})
+            want = np.asarray(f(x32.astype(np.float64), **{p.name: v})).astype(np.float32)
+            assert got.dtype == np.float32
+            if abs(v) > np.finfo(np.float32).max or abs(v) < np.finfo(np.float32).tiny:
+                np.testing.assert_array_equal(got, want)  # computed in float64
+            else:  # float32 arithmetic: within the accuracy bounds of the float64 answer
+                fin = np.isfinite(want)
+                assert (np.isfinite(got) == fin).all(), (got, want)
+                np.testing.assert_allclose(got[fin], want[fin], rtol=3e-6,
+                                           atol=1e-6 * np.abs(want[fin]).max(initial=0) + 1e-37)
+            # never NaN where the float64 truth is not
+            assert not (np.isnan(got) & ~np.isnan(want)).any()
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(NAMES), dtype=st.sampled_from(["<f4", ">f4", "<f8", ">f8"]),
+       shape=st.sampled_from([(5,), (2, 3), (3, 1, 2)]), order=st.sampled_from(["C", "F"]),
+       container=st.sampled_from(["ndarray", "memoryview", "list"]))
+def test_property_array_likes_follow_numpy(name, dtype, shape, order, container):
+    PROP_CASES["n"] += 1
+    a = iglu_np.ACTIVATIONS[name]
+    base = np.linspace(-3, 3, int(np.prod(shape))).reshape(shape)
+    x = np.asarray(base, dtype=dtype, order=order)
+    native = x.astype(np.dtype(dtype).newbyteorder("="))
+    if container == "memoryview":
+        if np.dtype(dtype).byteorder == ">":
+            return  # a big-endian buffer's format is not one numpy reads back as such
+        xin = memoryview(np.ascontiguousarray(x))
+    elif container == "list":
+        xin, native = x.tolist(), native.astype(np.float64)
+    else:
+        xin = x
+    r = a(xin)
+    assert r.dtype == native.dtype and r.shape == shape
+    np.testing.assert_array_equal(r, a(native))
+
+
+def test_zz_report_property_case_count(capsys):
+    # printed for the closing note (pytest -s); the property tests above ran first in this file
+    print(f"\nissue #20 property cases run in this process: {PROP_CASES['n']}")
