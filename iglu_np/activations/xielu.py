@@ -59,13 +59,6 @@ def xielu_dx(x, ap, an, beta, eps):
     if x > T(0.0):
         return T(2.0) * ap * x + beta
     if x <= eps:
-        if is_f32(x):
-            # alpha_n expm1(x) and beta cancel near the root x0 = log1p(-beta/alpha_n)
-            # (45 ulp at x = -1 with the defaults): float64 carries the ~29 bits that the
-            # float32 difference loses there, and the result is rounded once. (A bare
-            # literal 1.0 is float64 to Numba: float(x) would stay float32 there.)
-            w = (an * 1.0) * math.expm1(x * 1.0) + beta * 1.0
-            return T(w)
         return an * math.expm1(x) + beta
     if x != x:
         return x
