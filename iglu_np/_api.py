@@ -25,6 +25,8 @@ _COMPUTE = {_F16: _F32, _F32: _F32, _F64: _F64}
 
 
 def _compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
+    if dt.byteorder not in "=|":  # a byte-swapped float32 is float32 (numpy casts it)
+        dt = dt.newbyteorder("=")
     c = _COMPUTE.get(dt)
     if c is not None:
         return c
@@ -61,18 +63,62 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _F32_TINY = float(np.finfo(np.float32).tiny)
 
 
-def _fits_f32(v) -> bool:
-    """Whether a parameter value keeps its value in float32: finite there and either 0 or
-    normal (a subnormal float32 parameter would carry only a few bits)."""
-    a = np.abs(np.asarray(v, dtype=np.float64))
-    return bool(np.all((a <= _F32_MAX) & ((a >= _F32_TINY) | (a == 0)) | ~np.isfinite(a)))
+def _beyond_f32(vals) -> int | None:
+    """The first parameter value that float32 cannot hold (|v| > max, or a nonzero |v|
+    below the smallest normal, where it would round to inf, 0 or a subnormal); its
+    index, or None. On the CPU such parameters compute in float64 (then cast back)."""
+    for i, v in enumerate(vals):
+        if type(v) is float or type(v) is int:
+            a = abs(v)
+            if a > _F32_MAX or (a != 0 and a < _F32_TINY):
+                return i
+            continue
+        a = np.abs(np.asarray(v, dtype=np.float64))
+        if a.size and ((a > _F32_MAX).any() or ((a != 0) & (a < _F32_TINY)).any()):
+            return i
+    return None
+
+
+def _f32_range_error(act, vals, backend: str) -> None:
+    """The Numba CUDA backend computes float32 in float32: refuse a parameter it cannot
+    hold (the CPU and CuPy compute such calls in float64, :func:`widened`)."""
+    i = _beyond_f32(vals)
+    if i is not None:
+        p = act.param_names[i]
+        raise ValueError(
+            f"{act.name}: parameter {p} has a value outside float32's range for a float32 "
+            f"input on the {backend} backend (|{p}| must be 0 or within "
+            f"[{_F32_TINY:.7g}, {_F32_MAX:.7g}]); pass float64 data, or compute on the CPU or "
+            "with CuPy, which promote such a parameter to float64"
+        )
+
+
+def _host_array(v):
+    """A memoryview (or other buffer-protocol object numpy reads) as a numpy array;
+    anything else unchanged."""
+    if isinstance(v, memoryview):
+        return np.asarray(v)
+    return v
+
+
+def _pandas_kind(v):
+    """'series' / 'frame' for a pandas Series / DataFrame (pandas is never imported)."""
+    t = type(v)
+    if not t.__module__.startswith("pandas"):
+        return None
+    for c in t.__mro__:
+        if c.__name__ == "Series":
+            return "series"
+        if c.__name__ == "DataFrame":
+            return "frame"
+    return None
 
 
 def widened(cdt, params) -> np.dtype:
     """The dtype to compute in: ``cdt``, or float64 where ``cdt`` is float32 and a
     parameter value lies outside float32's range (sigma=1e39 is valid and its results are
     finite, but float32(1e39) is inf). The result is rounded to ``cdt`` once at the end."""
-    if cdt == _F32 and not all(_fits_f32(v) for v in params):
+    if cdt == _F32 and _beyond_f32(params) is not None:
         return _F64
     return cdt
 
@@ -116,6 +162,17 @@ def _cpu_fast():
     return _FAST
 
 
+_PUBLIC_KIND = {"fwd": "__call__", "bwd": "backward"}
+
+
+def _keyword_hint(act) -> str:
+    if not act.param_names:
+        return f"; {act.name} has no parameters"
+    ex = ", ".join(f"{p.name}={p.default!r}" for p in act.params)
+    return (f"; parameters are keyword-only: {', '.join(act.param_names)} "
+            f"(e.g. {act.name}(x, {ex}))")
+
+
 class _Op:
     """One kernel kind of an activation, callable with numpy semantics."""
 
@@ -124,7 +181,7 @@ class _Op:
         self._kind = kind
         self._n_data = n_data
         self.__doc__ = doc
-        self.__name__ = f"{act.name}.{kind}"
+        self.__name__ = f"{act.name}.{_PUBLIC_KIND.get(kind, kind)}"
 
     @property
     def ufunc(self) -> np.ufunc:
@@ -139,6 +196,7 @@ class _Op:
             raise TypeError(
                 f"{self.__name__}() takes {self._n_data} positional array argument(s) "
                 f"({'x, grad_out' if self._n_data == 2 else 'x'}), got {len(args)}"
+                + (_keyword_hint(self._act) if len(args) > self._n_data else "")
             )
         return self._act._run(self._kind, args, params, out)
 
@@ -162,7 +220,12 @@ class _DParams:
     def ufuncs(self) -> dict:
         return {p: self._act._ufunc("d_" + p) for p in self._act.param_names}
 
-    def __call__(self, x, **params):
+    def __call__(self, x, /, *args, **params):
+        if args:
+            raise TypeError(
+                f"{self.__name__}() takes 1 positional argument (x), got {1 + len(args)}"
+                + _keyword_hint(self._act)
+            )
         return {
             p: self._act._run("d_" + p, (x,), dict(params), None) for p in self._act.param_names
         }
@@ -204,7 +267,12 @@ class Activation:
         self.__signature__ = inspect.Signature(sig)
 
     # ------------------------------------------------------------------ public
-    def __call__(self, x, /, *, out=None, **params):
+    def __call__(self, x, /, *args, out=None, **params):
+        if args:
+            raise TypeError(
+                f"{self.name}() takes 1 positional argument (x), got {1 + len(args)}"
+                + _keyword_hint(self)
+            )
         return self._run("fwd", (x,), params, out)
 
     # ``backend="cpu" | "numba_cuda" | "cupy" | ...`` is accepted as a keyword by every
@@ -216,12 +284,21 @@ class Activation:
         (it may set floating-point flags, and numpy warn, where the function is silent)."""
         return self._ufunc("fwd")
 
-    def backward_params(self, x, grad_out, /, **params) -> dict:
+    def backward_params(self, x, grad_out, /, *args, **params) -> dict:
         """Gradients of ``sum(grad_out * f(x))`` in each parameter, reduced to its shape.
 
         A scalar parameter gets a 0-d array; an array parameter (e.g. per channel) gets
         an array of its own shape, summed over the axes it was broadcast along.
         """
+        if args:
+            raise TypeError(
+                f"{self.name}.backward_params() takes 2 positional arguments (x, grad_out), "
+                f"got {2 + len(args)}" + _keyword_hint(self)
+            )
+        # memoryviews and pandas objects: their values (the result is shaped like the
+        # parameters, so there is no index to keep)
+        x, grad_out = (np.asarray(d) if type(d) is memoryview or _pandas_kind(d) else d
+                       for d in (x, grad_out))
         backend = params.pop("backend", None) or _detect((x, grad_out))
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
@@ -238,13 +315,21 @@ class Activation:
                 res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape)).astype(cdt, copy=False)
         return res
 
-    def backward_all(self, x, grad_out, /, *, out=None, **params) -> tuple:
+    def backward_all(self, x, grad_out, /, *args, out=None, **params) -> tuple:
         """``(grad_x, grads)``: the fused backward ``grad_out * f'(x)`` and the gradients
         of ``sum(grad_out * f(x))`` in each parameter (as :meth:`backward_params`), from
         one read of x and grad_out where the backend fuses them (CPU, CuPy and Numba CUDA,
         with scalar parameters); otherwise from :meth:`backward` and :meth:`backward_params`, with the
         same results. ``out`` receives grad_x.
         """
+        if args:
+            raise TypeError(
+                f"{self.name}.backward_all() takes 2 positional arguments (x, grad_out), "
+                f"got {2 + len(args)}" + _keyword_hint(self)
+            )
+        if any(type(d) is memoryview or _pandas_kind(d) for d in (x, grad_out)):
+            # array-likes take the general path (a pandas grad_x keeps its index)
+            return self.backward(x, grad_out, out=out, **params), self.backward_params(x, grad_out, **params)
         backend = params.get("backend") or _detect((x, grad_out))
         if backend is not None and backend != "cpu":
             params = {k: v for k, v in params.items() if k != "backend"}
@@ -330,9 +415,13 @@ class Activation:
         vals = self._param_values(params)
         cdt = None
         for nm, d in zip(names, data):
+            # NEP 50: a Python float/int/bool is "weak" and takes the other operand's
+            # dtype (backward(x_f32, 2.0) stays float32); alone, it computes in float64.
+            if type(d) in (float, int, bool):
+                continue
             dt = _dtype_of(self.name, nm, d)
             cdt = dt if cdt is None else np.promote_types(cdt, dt)
-        return list(data) + vals, cdt
+        return list(data) + vals, (_F64 if cdt is None else cdt)
 
     def _call_ufunc(self, kind, vals, cdt, out):
         # Kernels may raise FP flags in branches they discard (inf*0, overflow in a tail
@@ -377,6 +466,8 @@ class Activation:
                 return None
         if params:
             vals = self._param_values(params)  # validates; raises the usual errors
+            if dt is _F32 and _beyond_f32(vals) is not None:
+                return None  # computed in float64 by the general path
             for v in vals:
                 tv = type(v)
                 if tv is not float and tv is not int and not isinstance(v, np.floating):
@@ -451,6 +542,21 @@ class Activation:
             r = self._fast(kind, data, params, out)
             if r is not None:
                 return r
+        if any(type(d) is memoryview for d in data):
+            data = tuple(_host_array(d) for d in data)
+        like = None
+        for d in data:
+            pk = _pandas_kind(d)
+            if pk is not None:
+                like = d if like is None else like
+        if like is not None:
+            # numpy's ufuncs on pandas objects: compute on the values, return the same
+            # type with the first pandas operand's index (and name / columns).
+            data = tuple(np.asarray(d) if _pandas_kind(d) else d for d in data)
+            r = self._run(kind, data, params, out)
+            if out is not None:
+                return out
+            return _rewrap(like, r)
         backend = (params.pop("backend", None) if "backend" in params else None) or _detect(data)
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, kind, data, params, out)
@@ -476,6 +582,13 @@ class Activation:
             with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
                 r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
         return r
+
+
+def _rewrap(like, r):
+    pd = __import__(type(like).__module__.split(".")[0])
+    if _pandas_kind(like) == "series":
+        return pd.Series(r, index=like.index, name=like.name)
+    return pd.DataFrame(r, index=like.index, columns=like.columns)
 
 
 def _build() -> dict:

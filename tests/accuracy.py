@@ -91,8 +91,13 @@ def _mpf(v):
     return mpmath.mpf(float(v))
 
 
-def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS):
-    """(true values as mpf list, scale as mpf list or None)."""
+def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS,
+              adaptive: bool = False):
+    """(true values as mpf list, scale as mpf list or None).
+
+    ``adaptive`` adds 3 digits per decade of |x| away from 1 (and of each parameter), for
+    sweeps out to the dtype's extremes, where a reference such as 1/2 + atan(x)/pi cancels
+    to ~1/x and needs more than 60 digits."""
     if kind == "fwd":
         fn, skey = spec.ref, "f"
     elif kind == "dx":
@@ -103,16 +108,32 @@ def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS):
     sfn = spec.scales.get(skey)
     pv = [_mpf(params[p]) for p in spec.param_names]
     vals, scales = [], [] if sfn else None
-    with mpmath.workdps(dps):
-        mp = mpmath.mp
-        for xi in x:
+
+    def _decades(v):
+        v = abs(float(v))
+        return 0 if v == 0 or math.isinf(v) else int(abs(math.log10(v)))
+
+    extra_p = sum(_decades(params[p]) for p in spec.param_names)
+    for xi in x:
+        d = dps + 3 * (_decades(xi) + extra_p) if adaptive else dps
+        with mpmath.workdps(d):
+            mp = mpmath.mp
             if np.isnan(xi):
                 vals.append(mpmath.nan)
                 continue
             xm = _mpf(xi)
-            vals.append(fn(mp, xm, *pv))
-            if sfn:
-                scales.append(sfn(mp, xm, *pv))
+            pv = [_mpf(params[p]) for p in spec.param_names]
+            try:
+                vals.append(fn(mp, xm, *pv))
+                if sfn:
+                    scales.append(sfn(mp, xm, *pv))
+            except OverflowError:
+                if not adaptive:
+                    raise
+                # mpmath's erfc series check overflows beyond |x| ~ 1e154: no reference
+                vals.append(None)
+                if sfn:
+                    scales.append(None)
     return vals, scales
 
 
@@ -128,29 +149,45 @@ class Result:
         return f"{self.worst:.3g} ulp at x={self.x!r} (got {self.got!r}, true {self.true!r}, n={self.n})"
 
 
-def ulp_errors(got: np.ndarray, true: list, scale, dtype) -> np.ndarray:
+def _ulp(v: float, fi) -> float:
+    """The spacing of ``fi``'s dtype at magnitude ``v`` (finite, up to the dtype's max;
+    ``np.spacing`` overflows at the largest binade's top)."""
+    if v == 0.0:
+        return float(fi.smallest_subnormal)
+    e = math.frexp(v)[1]  # v = m * 2**e, 0.5 <= m < 1
+    return max(math.ldexp(1.0, e - 1 - fi.nmant), float(fi.smallest_subnormal))
+
+
+def ulp_errors(got: np.ndarray, true: list, scale, dtype, subnormal: bool = False) -> np.ndarray:
+    """Errors in ulp of ``dtype``; the absolute floor is the smallest normal number, or
+    with ``subnormal=True`` the subnormal spacing (true ulp down to the smallest subnormal)."""
     fi = np.finfo(dtype)
+    # the overflow threshold, max + ulp(max)/2 (exact: mpf's default 53 bits rounded the
+    # old max * (1 + eps/2) to max itself, so that max counted as an overflow)
+    big = mpmath.ldexp(1, int(fi.maxexp)) - mpmath.ldexp(1, int(fi.maxexp) - int(fi.nmant) - 2)
     errs = np.zeros(len(true))
     for i, (g, t) in enumerate(zip(got, true)):
         g = float(g)
+        if t is None:  # no reference at this point (see reference(adaptive=True))
+            continue
         if mpmath.isnan(t):
             errs[i] = 0.0 if math.isnan(g) else math.inf
             continue
         if math.isnan(g):
             errs[i] = math.inf
             continue
-        tf = float(t) if abs(t) < mpmath.mpf(float(fi.max)) * (1 + float(fi.eps) / 2) else math.copysign(math.inf, float(t))
+        tf = float(t) if abs(t) < big else math.copysign(math.inf, float(t))
         if math.isinf(tf):
             errs[i] = 0.0 if g == tf else math.inf
             continue
         if math.isinf(g):
             errs[i] = math.inf
             continue
-        unit = max(float(np.spacing(dtype(abs(tf)))), float(fi.tiny))
+        unit = max(_ulp(abs(tf), fi), float(fi.smallest_subnormal if subnormal else fi.tiny))
         if scale is not None:
             s = abs(float(scale[i]))
             if math.isfinite(s):
-                unit = max(unit, float(np.spacing(dtype(min(s, float(fi.max))))))
+                unit = max(unit, _ulp(min(s, float(fi.max)), fi))
         errs[i] = float(abs(mpmath.mpf(g) - t) / unit)
     return errs
 

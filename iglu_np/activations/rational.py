@@ -2,6 +2,7 @@
 squareplus (Barron 2021)."""
 import math
 
+from .._math import is_f32
 from .._spec import Param, define, kernel
 
 
@@ -63,9 +64,18 @@ def squareplus_f(x, b):
     s = _sp_root(x, b)
     # Selects, not branches (the loops vectorise); each case's denominator is safe.
     neg = x < T(0.0)
+    # x + s and s - x overflow once |x| > max/2 (s >= |x|): there the halves are summed
+    # instead (exact halvings at that magnitude). Below, the halving after the sum keeps
+    # subnormal x exact.
+    if is_f32(x):
+        big = abs(x) > T(8.5e37)
+    else:
+        big = abs(x) > T(4.4e307)
     # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
-    rn = (T(0.5) * b) / ((s - x) if neg else T(1.0))
-    rp = T(0.5) * (x + s)
+    hb = T(0.5) * b
+    dn = (s - x) if neg else T(1.0)
+    rn = (hb / dn) if not big else ((T(0.5) * hb) / (T(0.5) * s - T(0.5) * x))
+    rp = (T(0.5) * (x + s)) if not big else (T(0.5) * x + T(0.5) * s)
     return rn if neg else rp
 
 

@@ -185,7 +185,9 @@ def xsilu_dx(x, alpha):
     if math.isinf(x):
         return gate  # x sigma'(x) -> 0
     r = T(1.0) / (T(1.0) + e)
-    return gate + x * (T(1.0) + T(2.0) * alpha) * (e * r * r)
+    # x sigma'(x) first (bounded by 0.23): x (1 + 2 alpha) overflowed for a large alpha
+    # and then met sigma' = 0 (x = -1e20, alpha = 2e18 in float32 gave NaN, truth -2e18).
+    return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)
 
 
 @kernel

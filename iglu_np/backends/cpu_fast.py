@@ -59,10 +59,27 @@ BLOCK = 1 << 15
 RBLOCK = 1 << 12
 
 
+def _env_int(name: str, default: int) -> int:
+    """A non-negative integer from the environment; a clear error naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        n = int(v.replace("_", ""))
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(
+            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
+            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
+        ) from None
+    return n
+
+
 def _threshold_default() -> int:
     v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
     if v:
-        return int(v)
+        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
     # Measured with examples/bench_threshold.py (2 cores, AVX-512): below ~2**16 elements
     # the prange launch (~10-20 us) costs more than the second core saves.
     return 1 << 16
@@ -72,8 +89,7 @@ THRESHOLD = _threshold_default()
 
 
 def _min_size_default() -> int:
-    v = os.environ.get("IGLU_NP_FAST_MIN_SIZE")
-    return int(v) if v else 2048
+    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
 
 
 # Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
@@ -84,7 +100,7 @@ def _min_size_default() -> int:
 # pays it, hot code pays it once. Calls with array parameters or reductions below
 # MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
-WARM_CALLS = int(os.environ.get("IGLU_NP_FAST_WARM_CALLS", "8"))
+WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
 
 
 def set_min_size(n: int) -> None:

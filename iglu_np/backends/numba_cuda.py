@@ -628,7 +628,7 @@ _DATA_NAMES = ("x", "grad_out")
 
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
-    from .._api import _all_half, _compute_dtype
+    from .._api import _all_half, _compute_dtype, _f32_range_error
 
     cuda = _cuda()
     name = act.name
@@ -656,6 +656,8 @@ def run(act, kind, data, params, out):
         else:
             host_params[k] = v
     vals = act._param_values(host_params)
+    if cdt == np.float32:
+        _f32_range_error(act, vals, "numba_cuda")
     stream = _stream(cuda, [*data])
     pargs, arrays = [], []
     for p, v in zip(act.param_names, vals):

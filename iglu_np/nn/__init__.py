@@ -14,11 +14,12 @@ from . import autodiff, data, layers, optim
 from .autodiff import Tensor, no_grad
 from .data import (balanced_accuracy, load_digits, long_tailed_counts, long_tailed_subsample,
                    per_class_recall)
-from .estimator import MLPClassifier, MLPRegressor, NotFittedError, load
+from .estimator import ConvergenceWarning, MLPClassifier, MLPRegressor, NotFittedError, load
 from .layers import MLP, ActivationLayer, Dropout, Linear, Sequential
 from .optim import SGD, Adam, AdamW, clip_grad_norm, param_groups
 
 __all__ = [
+    "ConvergenceWarning",
     "Tensor", "no_grad", "MLP", "Linear", "ActivationLayer", "Dropout", "Sequential",
     "SGD", "Adam", "AdamW", "clip_grad_norm", "param_groups", "MLPClassifier", "MLPRegressor",
     "NotFittedError", "load", "balanced_accuracy", "per_class_recall", "long_tailed_subsample",

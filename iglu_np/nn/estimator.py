@@ -36,6 +36,7 @@ try:  # optional: only for interoperability
     from sklearn.base import ClassifierMixin as _SkClf
     from sklearn.base import RegressorMixin as _SkReg
     from sklearn.exceptions import DataConversionWarning as _DataConversionWarning
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.exceptions import NotFittedError
 except ImportError:  # pragma: no cover - exercised in environments without scikit-learn
     _SkBase = _SkClf = _SkReg = None
@@ -46,10 +47,14 @@ except ImportError:  # pragma: no cover - exercised in environments without scik
     class _DataConversionWarning(UserWarning):
         pass
 
+    class ConvergenceWarning(UserWarning):
+        """The optimisation reached max_iter before it converged (scikit-learn's name)."""
 
-__all__ = ["MLPClassifier", "MLPRegressor", "NotFittedError", "load"]
+
+__all__ = ["MLPClassifier", "MLPRegressor", "NotFittedError", "ConvergenceWarning", "load"]
 
 FORMAT = "iglu_np.nn.mlp/1"
+_LOSS_MAX = float(np.finfo(np.float32).max)
 
 
 def _store_init_args(est, args: dict) -> None:
@@ -189,7 +194,13 @@ class _BaseMLP(_Base):
             if self._is_classifier:
                 if classes is None:
                     raise ValueError("classes must be passed on the first call to partial_fit")
-                self.classes_ = np.unique(np.asarray(classes))
+                classes_ = np.unique(np.asarray(classes))
+                if len(classes_) < 2:
+                    raise ValueError(
+                        f"MLPClassifier needs at least 2 classes in partial_fit's classes=, "
+                        f"got {list(classes_)!r}"
+                    )
+                self.classes_ = classes_
             y_enc = self._encode_y(y, fitting=not self._is_classifier)
             self._init_model()
             self._init_training()
@@ -308,10 +319,13 @@ class _BaseMLP(_Base):
                 f"{', '.join(k for k in SCHEDULES if k != 'constant')}; got {self.learning_rate!r}"
             )
         for k in ("learning_rate_init", "max_iter"):
-            if not getattr(self, k) > 0:
-                raise ValueError(f"{name}: {k} must be > 0, got {getattr(self, k)!r}")
-        if self.alpha < 0:
-            raise ValueError(f"{name}: alpha must be >= 0, got {self.alpha}")
+            v = getattr(self, k)
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name}: {k} must be a finite number > 0, got {v!r}")
+        if not (self.alpha >= 0 and math.isfinite(self.alpha)):  # NaN fails both
+            raise ValueError(f"{name}: alpha must be a finite number >= 0, got {self.alpha!r}")
+        if not (self.tol == self.tol):
+            raise ValueError(f"{name}: tol must be a number, got {self.tol!r}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"{name}: validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.batch_size != "auto" and not (isinstance(self.batch_size, (int, np.integer)) and self.batch_size >= 1):
@@ -430,7 +444,9 @@ class _BaseMLP(_Base):
                     w.grad = w.grad + (self.alpha / m) * w.data
                     sq += float((w.data * w.data).sum())
                 lv += 0.5 * self.alpha * sq / m
-            if not math.isfinite(lv):
+            # Beyond float32's range counts as diverged in float64 too (lr=1e10 SGD gave a
+            # loss of 4.8e213 and below-chance accuracy, silently, where float32 raised).
+            if not (abs(lv) <= _LOSS_MAX):
                 raise FloatingPointError(
                     f"{type(self).__name__}: training diverged, loss is {lv} at epoch "
                     f"{self.n_iter_ + 1}, step {self.t_ + 1} (batch {b + 1} of {n_batches}); "
@@ -471,7 +487,15 @@ class _BaseMLP(_Base):
                 if self._stopped:
                     break
                 t0 = time.perf_counter()
-                loss = self._run_epoch(X, y, weight, total_steps)
+                snap = self._epoch_snapshot()
+                try:
+                    loss = self._run_epoch(X, y, weight, total_steps)
+                except BaseException:
+                    # Ctrl-C (or an error) mid-epoch: roll back to the last completed
+                    # epoch, so that fit(resume=True) repeats this epoch from its start and
+                    # ends where an uninterrupted run does.
+                    self._epoch_restore(snap)
+                    raise
                 self.n_iter_ += 1
                 self.loss_curve_.append(loss)
                 info = {"loss": f"{loss:.4f}"}
@@ -488,6 +512,23 @@ class _BaseMLP(_Base):
                 bar.close()
         if self.early_stopping and (self._stopped or self.n_iter_ >= self.max_iter) and self._best_state is not None:
             self.model_.load_state_dict(self._best_state)
+        if remaining > 0 and not self._stopped and self.n_iter_ >= self.max_iter:
+            warnings.warn(
+                f"{type(self).__name__}: stochastic optimizer: maximum iterations "
+                f"({self.max_iter}) reached and the optimization hasn't converged yet.",
+                ConvergenceWarning, stacklevel=3,
+            )
+
+    def _epoch_snapshot(self):
+        return (self.model_.state_dict(), self._optimizer.state_dict(),
+                self._rng.bit_generator.state, self.t_)
+
+    def _epoch_restore(self, snap):
+        model, optim, rng, t = snap
+        self.model_.load_state_dict(model)
+        self._optimizer.load_state_dict(optim)
+        self._rng.bit_generator.state = rng
+        self.t_ = t
 
     def _update_stopping(self):
         tol = self.tol
