@@ -27,6 +27,7 @@ __all__ = [
     "sigmoid",
     "log1p_exp",
     "horner",
+    "wide",
     "BIG",
 ]
 
@@ -109,3 +110,12 @@ def horner(v, coeffs):
     for k in range(n - 2, -1, -1):
         r = r * v + T(coeffs[k])
     return r
+
+
+@kernel
+def wide(x):
+    """``x`` as float64: for the one step of a float32 kernel that needs float64 (a
+    difference that cancels). The result is float64 until the kernel casts it back with
+    ``T(...)``. (Numba's ``float(x)`` keeps float32; ``x * 1.0`` is float64. The C++
+    translation is a ``(double)`` cast, which the float32 PTX checks accept as asked for.)"""
+    return x * 1.0

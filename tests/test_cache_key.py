@@ -110,3 +110,25 @@ def test_kernels_without_a_source_file_are_keyed_on_their_code():
     k2 = cpu.kernel_hash(make(base.format(3.0, 3.0)), read=Path.read_bytes)
     k1b = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
     assert k1 != k2 and k1 == k1b
+
+
+def test_key_follows_the_loaded_code_not_only_the_file():
+    """A process that imported a module before it was edited compiles the old code: its
+    key must differ from the edited file's (the file alone gave the same key, and a test
+    run during an edit stored a stale xielu backward under the new key)."""
+    import dataclasses
+    import types
+
+    from iglu_np.backends import cpu
+
+    spec = iglu_np.get("iglu").spec
+    f = spec.f
+    code = f.__code__
+    consts = tuple(0.25 if c == 0.5 else c for c in code.co_consts)
+    assert consts != code.co_consts, "iglu_f has no 0.5 constant to change"
+    edited = types.FunctionType(code.replace(co_consts=consts), f.__globals__, f.__name__)
+    assert cpu._code_file(edited) == cpu._code_file(f)  # the same file on disk
+    same_files = lambda p: p.read_bytes()  # noqa: E731 (bypasses the memo)
+    k_loaded = cpu.kernel_hash(spec, read=same_files)
+    k_edited = cpu.kernel_hash(dataclasses.replace(spec, f=edited), read=same_files)
+    assert k_loaded != k_edited

@@ -83,8 +83,6 @@ def test_rows_3_4_no_intermediate_overflow_near_max(dtype):
     np.testing.assert_allclose(da, np.abs(x), rtol=4 * fi.eps)  # (2/pi) x atan x ~ |x|
 
 
-@pytest.mark.xfail(reason="#20 row 16 open: float64 promotion broke the no-.f64 PTX rule; "
-                   "needs a double-word expm1", strict=True)
 def test_row_16_xielu_dx_root_cancellation_float32():
     """alpha_n expm1(x) + beta cancels near x0 = log1p(-beta/alpha_n) ~ -0.98: float32 now
     meets 8 ulp of the true value there (not only of the largest term)."""

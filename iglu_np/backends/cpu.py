@@ -131,9 +131,11 @@ def kernel_sources(spec) -> tuple:
         f = _code_file(fn)
         if f is not None and f.is_file():
             files.add(f)
-        else:  # defined interactively or from a string: key on the code itself
-            values.append(f"{where}:<code>={_code_sig(fn.__code__)}")
-            values.append(f"{where}:<defaults>={_stable(fn.__defaults__)}")
+        # The code as loaded, whatever the file says now: a process that imported the
+        # module before it was edited must not store its old machine code under the key
+        # of the edited file (seen: a test run during an edit cached a stale xielu bwd).
+        values.append(f"{where}:<code>={_code_sig(fn.__code__)}")
+        values.append(f"{where}:<defaults>={_stable(fn.__defaults__)}")
         cells = [c.cell_contents for c in (fn.__closure__ or ())]
         values += [f"{where}:<closure {i}>={_stable(c)}" for i, c in enumerate(cells)]
         for name in sorted(_rebind._global_names(fn.__code__)):

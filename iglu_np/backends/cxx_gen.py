@@ -284,6 +284,10 @@ class _Func:
             n = self.tuple_len(coeffs, node)
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
+        from .. import _math
+
+        if obj is _math.wide:  # float64 on purpose: a cast the float32 checks look for
+            return f"((double)({self.expr(args[0])}))"
         vm = _vmath()
         if obj is getattr(vm, "_bits", None):
             return f"iglu_np::bits({self.expr(args[0])})"
