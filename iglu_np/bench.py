@@ -253,6 +253,7 @@ def markdown(data, heading: bool = True) -> str:
     """The measurements as Markdown; ``heading=False`` leaves out the top-level title (for
     embedding the table in another document)."""
     m = data["machine"]
+    has_torch = bool(m.get("torch"))
     lines = (["# iglu-np bench (CPU)", ""] if heading else []) + [
         f"CPU: {m['cpu']} ({m['cores']} cores, LLVM target {m.get('llvm_cpu', '?')}); "
         f"Numba {m['numba']} threads={m['numba_threads']} layer={m['threading_layer']}; "
@@ -261,8 +262,9 @@ def markdown(data, heading: bool = True) -> str:
         + (f" (threads={m['torch_threads']})" if m.get("torch") else ""),
         "",
         "Times are medians; `rel id.` is relative to identity (the paper's Table 1), `× limit` "
-        "to the memory limit (copy for fwd, x*g->out on all threads for bwd); `torch/ours` > 1 "
-        "means we are faster (torch bwd = autograd forward+backward).",
+        "to the memory limit (copy for fwd, x*g->out on all threads for bwd)"
+        + ("; `torch/ours` > 1 means we are faster (torch bwd = autograd forward+backward)."
+           if has_torch else "."),
         "",
     ]
     for lim in data["limits"]:
@@ -272,7 +274,8 @@ def markdown(data, heading: bool = True) -> str:
     lines.append("")
     keys = sorted({(r["dtype"], r["n"]) for r in data["rows"]}, key=lambda k: (k[0], k[1]))
     hdr = "| activation | pass | " + " | ".join(
-        f"{dt} n={n}: rel id. / ns/el / × limit / torch/ours" for dt, n in keys) + " |"
+        f"{dt} n={n}: rel id. / ns/el / × limit" + (" / torch/ours" if has_torch else "")
+        for dt, n in keys) + " |"
     lines.append(hdr)
     lines.append("|---|---|" + "---|" * len(keys))
     by = {}
@@ -287,7 +290,8 @@ def markdown(data, heading: bool = True) -> str:
                 continue
             rid = f"{r['rel_identity']:.2f}" if r["rel_identity"] else "-"
             tr = f"{r['torch_rel']:.2f}" if r["torch_rel"] else "-"
-            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f} / {tr}")
+            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f}"
+                         + (f" / {tr}" if has_torch else ""))
         lines.append(f"| {name} | {ps} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

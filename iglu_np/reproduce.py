@@ -305,7 +305,6 @@ def tail_index_section(t4: dict | None, quick: bool) -> str:
     rows = []
     t0 = time.perf_counter()
     for i, s in enumerate(SIGMAS):
-        print(f"  σ = {s:g} ({i + 1}/{len(SIGMAS)}), {time.perf_counter() - t0:.0f} s", flush=True)
         clf = MLPClassifier(hidden_layer_sizes=hidden, activation="iglu",
                             activation_params={"sigma": s}, class_weight="balanced",
                             max_iter=epochs, learning_rate_init=3e-3, batch_size=64, tol=0.0,
@@ -325,6 +324,8 @@ def tail_index_section(t4: dict | None, quick: bool) -> str:
                     z = (z - np.median(z, axis=0)) / (np.median(np.abs(z - np.median(z, axis=0)), axis=0) + 1e-12)
                     alphas.append(tail_index(z))
         rows.append((s, acc, alphas))
+        print(f"  {i + 1}/{len(SIGMAS)} networks trained (σ = {s:g}), "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
     best = max(rows, key=lambda r: r[1])[0]
     nl = len(rows[0][2])
     lines = [
