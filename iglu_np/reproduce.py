@@ -25,7 +25,8 @@ SIGMAS = (0.1, 0.5, 1.0, 5.0, 10.0)
 def add_arguments(p):
     p.add_argument("--quick", action="store_true",
                    help="fewer sizes, seeds and epochs: about 1 minute on 2 cores, the Numba "
-                        "compilation of a first run included (the full run: about 15 minutes)")
+                        "compilation of a first run included (without it: every activation "
+                        "in the speed table, 5 seeds and 120 epochs, several times longer)")
     p.add_argument("--out", default="reproduce_out", metavar="DIR",
                    help="output directory, created if needed (default: %(default)s)")
     p.add_argument("--skip", default="", metavar="SECTIONS",
@@ -161,9 +162,9 @@ def atan_float32(t):
     precision (within 1 ulp of double in every common libm) rounded once to float32, which
     can differ from correct rounding only for arguments within 2**-29 ulp of a tie.
 
-    numpy's own float32 arctan is not CPU-independent: numpy dispatches to a different
-    SIMD implementation per CPU (AVX-512 or AVX2 or none), and they round differently in
-    the last bit for some arguments."""
+    numpy's own float32 arctan is not CPU-independent: numpy uses Intel's SVML on AVX-512
+    CPUs and the C library's atanf elsewhere, and they round some arguments differently in
+    the last bit."""
     import math
 
     t = np.asarray(t, np.float32)
@@ -404,8 +405,9 @@ def main(args) -> int:
         f"{tails['max_rel_err_naive_numpy_atan']:.2e}, "
         f"{tails['naive_numpy_atan_wrong_sign_or_zero']} zero or negative. In the tail "
         "0.5 + atan(x)/π cancels, so these counts follow the last bit of the arctan, which "
-        "numpy computes differently on different CPUs (AVX-512, AVX2 and scalar code round "
-        "some arguments differently); the line above does not depend on the CPU.",
+        "numpy computes differently on different CPUs (Intel's SVML on AVX-512, the C "
+        "library's atanf elsewhere; they round some arguments differently); the line above "
+        "does not depend on the CPU.",
         "", f"![Figure 4]({tails['figure']})", "",
     ]
     summary = {"gate_gap": gmax, "gate_gap_at": xmax, "tails": tails}

@@ -22,7 +22,7 @@ def test_gate_gap():
 
 def test_naive_float32_gradient_does_not_depend_on_the_cpu():
     """The report's naive-gradient numbers use a correctly rounded float32 arctan, not
-    numpy's (whose last bit differs between its AVX-512, AVX2 and scalar code)."""
+    numpy's (SVML on AVX-512, the C library's atanf elsewhere: their last bits differ)."""
     mpmath = pytest.importorskip("mpmath")
     x32 = (-np.logspace(0, 5, 300)).astype(np.float32)
     with mpmath.workdps(40):
