@@ -62,15 +62,25 @@ def overhead(repeat=15, number=2000):
         print(f"| `{label}` | {sorted(ts)[len(ts) // 2] / number * 1e6:.2f} |")
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--n", type=int, default=1 << 24)
-    ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--dtypes", default="float32,float64")
-    ap.add_argument("--overhead", action="store_true")
-    a = ap.parse_args(argv)
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help="activations to measure (default: the paper's Table 1 rows)")
+    ap.add_argument("--n", type=int, default=1 << 24,
+                    help="elements per array (default: 16777216)")
+    ap.add_argument("--repeat", type=int, default=9,
+                    help="wall-clock runs per figure, of which the median is shown (default: 9)")
+    ap.add_argument("--threads", default="1,2", metavar="T,T,...",
+                    help="comma-separated Numba thread counts to measure (default: 1,2)")
+    ap.add_argument("--dtypes", default="float32,float64",
+                    help="comma-separated dtypes (default: float32,float64)")
+    ap.add_argument("--overhead", action="store_true",
+                    help="also time calls on a 64-element array (per-call overhead)")
+    return ap
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     names = a.names or PAPER
     n = a.n
     print(f"load average before: {os.getloadavg()}  ({os.cpu_count()} CPUs), n = {n}")

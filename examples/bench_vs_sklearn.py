@@ -19,15 +19,25 @@ import warnings
 import numpy as np
 
 
-def main():
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--hidden", default="100")
-    ap.add_argument("--activation", default="relu")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="limit BLAS threads for both (threadpoolctl); small matmuls are often faster on 1")
-    args = ap.parse_args()
+    ap.add_argument("--epochs", type=int, default=100,
+                    help="training epochs for every model, no early stopping (default: 100)")
+    ap.add_argument("--seeds", type=int, default=5,
+                    help="number of random seeds per variant (default: 5)")
+    ap.add_argument("--hidden", default="100", metavar="SIZES",
+                    help="hidden layer sizes, comma-separated (default: 100)")
+    ap.add_argument("--activation", default="relu",
+                    help="activation for iglu_np; scikit-learn runs only for relu, tanh, "
+                         "logistic and identity (default: relu)")
+    ap.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                    help="limit BLAS threads for both (threadpoolctl); small matmuls are often "
+                         "faster on 1 (default: no limit)")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
 
     from sklearn.datasets import load_digits
     from sklearn.exceptions import ConvergenceWarning

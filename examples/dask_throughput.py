@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log2chunk", type=int, default=24, help="log2 of the chunk size (24)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (2)")
     ap.add_argument("--threads", type=int, default=1, help="threads per worker (1)")
-    ap.add_argument("--activation", default="iglu")
+    ap.add_argument("--activation", default="iglu", help="activation to apply (default: iglu)")
     ap.add_argument("--repeat", type=int, default=3, help="repeats per measurement (3)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)

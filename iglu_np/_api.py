@@ -612,6 +612,11 @@ def get(name: str) -> Activation:
     try:
         return _acts()[name]
     except KeyError:
+        import difflib
+
+        key = str(name).lower().replace("-", "_")
+        near = [key] if key in _acts() else difflib.get_close_matches(key, _acts(), n=3)
+        hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
         raise KeyError(
-            f"unknown activation {name!r}; known: {', '.join(sorted(_acts()))}"
+            f"unknown activation {name!r}; {hint}known: {', '.join(sorted(_acts()))}"
         ) from None

@@ -6,7 +6,7 @@ import platform
 
 
 def add_arguments(p):
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="print the same information as JSON")
 
 
 def backend_status() -> dict:

@@ -1,17 +1,19 @@
-"""``iglu-np bench``: the paper's Table 1 (CPU) measured on this machine.
+"""``iglu-np bench``: the paper's Table 1 (CPU speed) measured on this machine.
 
-Every activation, forward (``act(x, out=o)``) and fused backward (``act.backward(x, g,
-out=o)``), at the paper's sizes (10,000 and 1,000,000 elements) and a large one
-(16,777,216), timed as medians of repeats, reported
+Each activation's forward pass ``act(x, out=o)`` and fused backward pass
+``act.backward(x, g, out=o)`` on random float32 (or float64) arrays of 10,000 and
+1,000,000 elements (the paper's sizes) and 16,777,216 elements, timed as medians of
+repeats and printed as a Markdown table:
 
 * relative to ``identity`` (the paper's Table 1 convention),
 * in ns/element, and
 * as a ratio to the memory limit: the faster of ``np.copyto`` and a two-thread copy for
   the forward, the faster of ``np.multiply(x, g, out=o)`` and a two-thread ``x*g -> out``
-  for the backward,
+  for the backward (1.0 = as fast as copying the data),
 
-with torch CPU side by side when torch is installed (never required). :func:`run` returns
-the data (used by ``iglu-np reproduce``); the CLI prints a Markdown table or JSON.
+with torch on the CPU side by side when torch is installed (never required). A full run
+takes several minutes; ``--quick`` about 20 s. In Python, :func:`run` returns the data and
+:func:`markdown` formats it (``iglu-np reproduce`` uses both).
 """
 from __future__ import annotations
 
@@ -170,8 +172,7 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     acts = iglu_np.ACTIVATIONS
     names = list(names or acts)
     for n in names:
-        if n not in acts:
-            raise KeyError(f"unknown activation {n!r}")
+        iglu_np.get(n)  # KeyError naming the closest registered names
     if "identity" in acts:  # first: the other rows are relative to it
         names = ["identity"] + [n for n in names if n != "identity"]
     th = None
@@ -301,11 +302,12 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
     return tf, tb
 
 
-def markdown(data) -> str:
+def markdown(data, heading: bool = True) -> str:
+    """The measurements as Markdown; ``heading=False`` leaves out the top-level title (for
+    embedding the table in another document)."""
     m = data["machine"]
-    lines = [
-        "# iglu-np bench (CPU)",
-        "",
+    has_torch = bool(m.get("torch"))
+    lines = (["# iglu-np bench (CPU)", ""] if heading else []) + [
         f"CPU: {m['cpu']} ({m['cores']} cores, LLVM target {m.get('llvm_cpu', '?')}); "
         f"Numba {m['numba']} threads={m['numba_threads']} layer={m['threading_layer']}; "
         f"parallel threshold {m['parallel_threshold']} elements; numpy {m['numpy']}; "
@@ -313,8 +315,9 @@ def markdown(data) -> str:
         + (f" (threads={m['torch_threads']})" if m.get("torch") else ""),
         "",
         "Times are medians; `rel id.` is relative to identity (the paper's Table 1), `× limit` "
-        "to the memory limit (copy for fwd, x*g->out on all threads for bwd); `torch/ours` > 1 "
-        "means we are faster (torch bwd = autograd forward+backward).",
+        "to the memory limit (copy for fwd, x*g->out on all threads for bwd)"
+        + ("; `torch/ours` > 1 means we are faster (torch bwd = autograd forward+backward)."
+           if has_torch else "."),
         "",
     ]
     q = data.get("quiet") or quiet_check(data)
@@ -334,7 +337,8 @@ def markdown(data) -> str:
     lines.append("")
     keys = sorted({(r["dtype"], r["n"]) for r in data["rows"]}, key=lambda k: (k[0], k[1]))
     hdr = "| activation | pass | " + " | ".join(
-        f"{dt} n={n}: rel id. / ns/el / × limit / torch/ours" for dt, n in keys) + " |"
+        f"{dt} n={n}: rel id. / ns/el / × limit" + (" / torch/ours" if has_torch else "")
+        for dt, n in keys) + " |"
     lines.append(hdr)
     lines.append("|---|---|" + "---|" * len(keys))
     by = {}
@@ -349,26 +353,37 @@ def markdown(data) -> str:
                 continue
             rid = f"{r['rel_identity']:.2f}" if r["rel_identity"] else "-"
             tr = f"{r['torch_rel']:.2f}" if r["torch_rel"] else "-"
-            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f} / {tr}")
+            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f}"
+                         + (f" / {tr}" if has_torch else ""))
         lines.append(f"| {name} | {ps} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def add_arguments(parser):
-    parser.add_argument("names", nargs="*", help="activations (default: all)")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="activations to measure (default: all; 'iglu-np info' lists them)")
     parser.add_argument("--quick", action="store_true",
-                        help="sizes 1e4 and 1e6 only, fewer repeats")
+                        help="sizes 10,000 and 1,000,000 only and 3 repeats (about 20 s)")
     parser.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")],
-                        help="comma-separated sizes (default 10000,1000000,16777216)")
-    parser.add_argument("--dtype", default="float32", help="float32, float64 or both (comma)")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    parser.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+                        metavar="N,N,...",
+                        help="comma-separated array sizes, 1e6 notation allowed "
+                             "(default: 10000,1000000,16777216)")
+    parser.add_argument("--dtype", default="float32", metavar="DTYPES",
+                        help="float32, float64 or both comma-separated (default: float32)")
+    parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                        help="timed calls per measurement, of which the median is reported "
+                             "(default: 7, or 3 with --quick; fast calls are repeated for at least "
+                             "0.1 s, up to 10 times as many)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the raw measurements as JSON instead of the Markdown table")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="skip the torch comparison even when torch is installed")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                        help="cpu (default): Numba ufuncs; gpu: CuPy and Numba CUDA kernels "
-                             "against the GPU's copy limit, CuPy, torch and JAX (needs cupy)")
-    parser.add_argument("--gpu-size", type=lambda s: int(float(s)), default=2**26,
-                        help="elements per array for --device gpu (default 2**26)")
+                        help="cpu (default): the Numba ufuncs against the CPU's copy limit and "
+                             "torch; gpu: the CuPy and Numba CUDA kernels against the GPU's copy "
+                             "limit, cupy.negative, torch and JAX (needs cupy and a GPU)")
+    parser.add_argument("--gpu-size", type=lambda s: int(float(s)), default=2**26, metavar="N",
+                        help="elements per array for --device gpu (default: 2**26)")
 
 
 def main(args) -> int:
@@ -389,6 +404,18 @@ def main(args) -> int:
                 sys.stderr.write("\n")
             sys.stderr.flush()
 
+    import iglu_np
+
+    for name in args.names:
+        try:
+            iglu_np.get(name)
+        except KeyError as e:
+            print(f"iglu-np bench: {e.args[0]}", file=sys.stderr)
+            return 2
+    for dt in dtypes:
+        if dt not in ("float32", "float64"):
+            print(f"iglu-np bench: --dtype {dt!r}: expected float32, float64 or both", file=sys.stderr)
+            return 2
     data = run(args.names or None, sizes=sizes, dtypes=dtypes, repeats=repeats,
                min_time=0.02 if args.quick else 0.1, torch=False if args.no_torch else None,
                progress=progress)

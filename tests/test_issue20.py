@@ -194,6 +194,7 @@ def test_row_11_non_finite_hyperparameters_rejected_up_front(kw):
         MLPClassifier((4,), max_iter=2, **kw).fit(X, y)
 
 
+@pytest.mark.filterwarnings("ignore::iglu_np.nn.estimator.ConvergenceWarning")  # 6 epochs on purpose
 def test_row_12_interrupted_epoch_then_resume_matches_uninterrupted():
     from iglu_np.nn import MLPClassifier
 

@@ -8,7 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.xdist_group("nn_estimator")  # module fixtures: run once, on one worker
+pytestmark = [
+    pytest.mark.xdist_group("nn_estimator"),  # module fixtures: run once, on one worker
+    # these tests train a few epochs on purpose (speed); the warning itself is tested in
+    # tests/test_issue20.py
+    pytest.mark.filterwarnings("ignore::iglu_np.nn.estimator.ConvergenceWarning"),
+]
 
 import iglu_np
 from iglu_np.nn import (SGD, Adam, AdamW, MLPClassifier, MLPRegressor, NotFittedError, Tensor,

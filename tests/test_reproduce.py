@@ -20,14 +20,95 @@ def test_gate_gap():
     assert 0.02263 < g < 0.02265 and abs(abs(x) - 3.19) < 0.01
 
 
-def test_figures_and_report(tmp_path):
+def test_naive_float32_gradient_does_not_depend_on_the_cpu():
+    """The report's naive-gradient numbers use a correctly rounded float32 arctan, not
+    numpy's (SVML on AVX-512, the C library's atanf elsewhere: their last bits differ)."""
+    mpmath = pytest.importorskip("mpmath")
+    x32 = (-np.logspace(0, 5, 300)).astype(np.float32)
+    with mpmath.workdps(40):
+        exact = np.array([float(mpmath.atan(mpmath.mpf(float(v)))) for v in x32])
+    # float(mpf) rounds to double; the float32 rounding of that is correct unless it is
+    # within 2**-29 ulp of a tie, which none of these arguments is
+    np.testing.assert_array_equal(reproduce.atan_float32(x32), exact.astype(np.float32))
+    truth = iglu_np.iglu.dx(x32.astype(np.float64))
+    err, bad = reproduce._naive_stats(reproduce.naive_iglu_dx_float32(x32), truth)
+    assert bad == 19 and 1.2e8 < err < 1.3e8  # the numbers the README quotes
+
+
+def test_figures_and_report(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import argparse
 
-    args = argparse.Namespace(quick=True, out=str(tmp_path), skip="speed,table4")
+    import matplotlib.figure
+
+    from .figcheck import checking_savefig
+
+    problems = {}
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", checking_savefig(problems))
+    args = argparse.Namespace(quick=True, out=str(tmp_path), skip="speed,table4,tails")
     assert reproduce.main(args) == 0
     report = (tmp_path / "report.md").read_text()
     for fig in ("fig1_activations.png", "fig2_iglu_sigma.png", "fig3_gate_gap.png",
                 "fig4_tails.png"):
         assert fig in report and (tmp_path / fig).stat().st_size > 10_000
+    assert len(problems) == 4
+    assert {k: v for k, v in problems.items() if v} == {}  # no text outside, no legend on data
     assert "0.0226" in report
+    assert [ln for ln in report.splitlines() if ln.startswith("# ")] == ["# IGLU reproduction report"]
+
+
+def _table4_result():
+    """A Table 4 result shaped like the quick run's, with accuracies like its README table."""
+    from iglu_np.nn import experiments
+
+    rng = np.random.default_rng(0)
+    base = {10: 0.936, 20: 0.904, 50: 0.848, 100: 0.797}
+    summary = []
+    configs = ([("iglu", s) for s in experiments.PAPER_SIGMAS]
+               + [("iglu_approx", s) for s in experiments.PAPER_SIGMAS]
+               + [(b, None) for b in experiments.BASELINES])
+    for rho, acc in base.items():
+        for name, sigma in configs:
+            summary.append({"activation": name, "sigma": sigma, "rho": float(rho), "n_seeds": 2,
+                            "bal_acc_mean": acc + 0.004 * rng.standard_normal(),
+                            "bal_acc_std": 0.012, "loss_mean": 0.5, "loss_std": 0.02,
+                            "train_samples": 500})
+    return {"summary": summary, "runs": [], "missing": [], "seconds": 1.0,
+            "setting": {"quick": True, "seeds": [0, 1], "epochs": 40, "hidden": [64],
+                        "rhos": [float(r) for r in base], "learning_rate_init": 3e-3,
+                        "batch_size": 64, "n_jobs": 1}}
+
+
+def test_table4_plot_layout(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from iglu_np.nn import experiments
+
+    from .figcheck import checking_savefig
+
+    problems = {}
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", checking_savefig(problems))
+    path = experiments.plot(_table4_result(), str(tmp_path / "t4.png"))
+    assert path and problems == {path: []}
+
+
+def test_figure_check_finds_what_it_should():
+    """The layout check itself: an annotation past the edge and a legend over points."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .figcheck import layout_problems
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(np.linspace(0, 1, 50), np.linspace(0, 1, 50), "o", label="points")
+    ax.annotate("a long annotation that runs past the right edge", (0.9, 0.5))
+    ax.legend(loc="center")
+    found = layout_problems(fig)
+    plt.close(fig)
+    assert any("runs past the figure" in p for p in found)
+    assert any("leaves its axes" in p for p in found)
+    assert any("legend" in p and "covers" in p for p in found)

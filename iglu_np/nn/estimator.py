@@ -647,7 +647,8 @@ def _atomic_savez(path, arrays):
 def _load(path, expected=None):
     path = os.fspath(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        # our own file object: np.load leaves the file it opened open when it is not a zip
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise
