@@ -13,9 +13,9 @@ import math
 from decimal import Decimal, localcontext
 import struct
 
-import numba
 import numpy as np
 
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._math import horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
