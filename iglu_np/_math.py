@@ -31,6 +31,17 @@ __all__ = [
     "BIG",
 ]
 
+class _NumbaCasts:
+    """Stands for the ``numba`` module in kernel sources that ask for an explicit cast
+    (``numba.float64(x)``: a float32 kernel computing in float64 on purpose) without
+    importing numba with iglu_np: the backends' Rebinder puts the real module in its
+    place, and the C++ translator reads ``numba.<type>(x)`` as a cast."""
+
+    __name__ = "numba"
+
+
+NUMBA = _NumbaCasts()
+
 # Beyond this magnitude the Veltkamp split would overflow; dw corrections are dropped
 # there (they only matter for arguments of exp/erfc that are far smaller).
 BIG = 1e30

@@ -143,3 +143,29 @@ def vmath_fits():
 
 if __name__ == "__main__":
     vmath_fits()
+
+
+# --------------------------------------------------------------------------- GELU float32
+# float32 GELU/GELU_a compute in float64 and round once (no double-word steps: a float32
+# t = a x has an exact float64 square, and float64 has 29 bits to spare). The Mills ratio
+# then needs only ~1e-9 and one polynomial covers the whole range: with r = 1/(u + K),
+# M(u) = r G(s), s = (u - K) r = (u - K)/(u + K) in [-1, 1), G(s) = (u + K) M(u) smooth
+# (G -> 1 as u -> inf). u is clamped to [0, GELU32_UMAX] (beyond, every float32 result
+# is 0, 1 or x). K = 3, degree 10 measured best of K in 2..5, degrees 10..16 (3.7e-9).
+GELU32_K = 3
+GELU32_UMAX = 20
+
+
+def _gelu32_g(s):
+    K = GELU32_K
+    u = K * (1 + s) / (1 - s)
+    return (u + K) * gelu_mills(u)
+
+
+def gelu32_fits():
+    K, U = GELU32_K, GELU32_UMAX
+    fit("GELU_G32", _gelu32_g, [-1, mp.mpf(U - K) / (U + K)], 10)
+
+
+if __name__ == "__main__":
+    gelu32_fits()

@@ -15,6 +15,7 @@ import struct
 
 import numpy as np
 
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._math import horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
@@ -204,6 +205,27 @@ GELU_S_32 = (
     -8.2204578302219779837e+5,
 )
 
+# float32 GELU/GELU_a: computed in float64 and rounded once (see _gate32). M(u) = r G(s)
+# with r = 1/(u + K), s = (u - K) r on u in [0, GELU32_UMAX], from
+# tools/derive_coefficients.py (gelu32_fits).
+GELU32_K = 3.0
+GELU32_UMAX = 20.0
+# GELU_G32: degree 10 in (v - 0) on [-1, 17/23], max rel error 3.71e-9, Horner condition <= 3.36
+GELU_G32 = (
+    1.8275417928229525411,
+    -1.276705953513799087,
+    5.7656887908436838412e-1,
+    -1.1847034455761986301e-1,
+    -2.6225850195450887377e-2,
+    1.7471423159199984875e-2,
+    2.5700378658700148366e-3,
+    -2.5922216586860461417e-3,
+    -6.1649133284365421654e-4,
+    3.3181831736755818292e-4,
+    1.3876986563199198343e-4,
+)
+
+
 def _padded(*ts, dtype=float):
     """The tuples zero-padded at the high-degree end to one length: Horner then gives the
     same value bit for bit (0 v + 0 = +-0 and +-0 + c = c for finite v), so one
@@ -331,16 +353,89 @@ def _gelu_dx_core(t_hi, t_lo):
     return lim if ph == T(0.0) else r
 
 
+# --------------------------------------------------------------------------- float32
+# A float32 argument is computed in float64 and rounded once at the end: t = a x is exact
+# (two 24-bit significands), t^2 has a relative error of 2^-53 at most, so the exponent
+# of phi needs no double-word steps (its rounding costs |t^2/2| 2^-53 <= 2e-14), float64
+# keeps the x << 0 tail normal where float32 goes subnormal (one rounding there, not two),
+# and the Mills ratio needs only ~1e-9: one polynomial over the whole range instead of
+# four pieces chosen by selects, a polynomial in 1/t^2 and two divisions.
+@kernel
+def _gate32(t):
+    """(phi(u), M(u), u) in float64 for u = min(|t|, GELU32_UMAX): Phi(-u) = phi M."""
+    D = type(t)
+    u = abs(t)
+    u = D(GELU32_UMAX) if u > D(GELU32_UMAX) else u  # NaN stays NaN
+    d = u + D(GELU32_K)
+    # 1/d: a float32 division (half the cost of float64's, twice the lanes) and one Newton
+    # step in float64 (relative error ~2^-46).
+    r0 = numba.float64(numba.float32(1.0) / numba.float32(d))
+    r = r0 * (D(2.0) - d * r0)
+    m = r * horner((u - D(GELU32_K)) * r, GELU_G32)
+    ph = math.exp(D(-0.5) * (u * u) - D(LN_64H))
+    return ph, m, u
+
+
+@kernel
+def _gelu32_f(x, t):
+    """x Phi(t) as float32 for a float32 x and t = a x formed exactly in float64."""
+    T = type(x)
+    D = type(t)
+    ph, m, u = _gate32(t)
+    q = ph * m  # Phi(-|t|) <= 1/2: 1 - q does not cancel
+    g = q if t < D(0.0) else D(1.0) - q
+    r = numba.float64(x) * g
+    # Beyond the clamp |x| Phi(t) < 3.4e38 Phi(-20) ~ 1e-50 rounds to -0 (and x = -inf
+    # would give -inf * tiny).
+    r = D(-0.0) if t < D(-GELU32_UMAX) else r
+    return T(r)
+
+
+@kernel
+def _gelu32_dx(x, t):
+    """Phi(t) + t phi(t) as float32: phi (M - u) for t < 0, 1 + phi (u - M) for t >= 0."""
+    T = type(x)
+    D = type(t)
+    ph, m, u = _gate32(t)
+    r = ph * (m - u) if t < D(0.0) else D(1.0) + ph * (u - m)
+    return T(r)
+
+
+@kernel
+def _ax32(x, a):
+    """a x in float64 (exact for float32 a and x); a = 0 gives 0 even at x = +-inf."""
+    T = type(x)
+    t = numba.float64(a) * numba.float64(x)
+    D = type(t)
+    return D(0.0) if (a == T(0.0) and math.isinf(x)) else t
+
+
+@kernel
+def _gelu32_da(x, a):
+    """x^2 phi(a x) as float32, in float64 (the exponent's rounding costs 2^-53 |t^2/2|)."""
+    T = type(x)
+    t = _ax32(x, a)
+    D = type(t)
+    xd = numba.float64(x)
+    ph = math.exp(D(-0.5) * (t * t) - D(LN_64H))
+    r = (xd * ph) * xd
+    return T(D(0.0) if ph == D(0.0) else r)  # |x| = inf with a > 0: the limit 0
+
+
 # --------------------------------------------------------------------------- GELU
 @kernel
 def gelu_f(x):
     T = type(x)
+    if is_f32(x):
+        return _gelu32_f(x, numba.float64(x))
     return _gelu_core(x, x, T(0.0))
 
 
 @kernel
 def gelu_dx(x):
     T = type(x)
+    if is_f32(x):
+        return _gelu32_dx(x, numba.float64(x))
     return _gelu_dx_core(x, T(0.0))
 
 
@@ -358,12 +453,16 @@ def _ax(x, a):
 
 @kernel
 def gelu_a_f(x, a):
+    if is_f32(x):
+        return _gelu32_f(x, _ax32(x, a))
     t_hi, t_lo = _ax(x, a)
     return _gelu_core(x, t_hi, t_lo)
 
 
 @kernel
 def gelu_a_dx(x, a):
+    if is_f32(x):
+        return _gelu32_dx(x, _ax32(x, a))
     t_hi, t_lo = _ax(x, a)
     return _gelu_dx_core(t_hi, t_lo)
 
@@ -371,6 +470,8 @@ def gelu_a_dx(x, a):
 @kernel
 def gelu_a_da(x, a):
     T = type(x)
+    if is_f32(x):
+        return _gelu32_da(x, a)
     t_hi, t_lo = _ax(x, a)
     ph = _npdf_dw(t_hi, t_lo)
     # (x phi) x: x^2 alone may overflow where x^2 phi does not.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import types
 
+from .._math import _NumbaCasts
 from .._spec import is_kernel
 
 
@@ -52,6 +53,11 @@ class Rebinder:
         for name in _global_names(fn.__code__):
             v = g.get(name)
             if v is fn or not _hashable(v):
+                continue
+            if isinstance(v, _NumbaCasts):
+                import numba  # the backends import it anyway; iglu_np itself does not
+
+                g[name] = numba
                 continue
             if v is math:
                 if self.math_ns is not None:
