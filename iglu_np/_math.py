@@ -27,7 +27,6 @@ __all__ = [
     "sigmoid",
     "log1p_exp",
     "horner",
-    "wide",
     "BIG",
 ]
 
@@ -122,11 +121,3 @@ def horner(v, coeffs):
         r = r * v + T(coeffs[k])
     return r
 
-
-@kernel
-def wide(x):
-    """``x`` as float64: for the one step of a float32 kernel that needs float64 (a
-    difference that cancels). The result is float64 until the kernel casts it back with
-    ``T(...)``. (Numba's ``float(x)`` keeps float32; ``x * 1.0`` is float64. The C++
-    translation is a ``(double)`` cast, which the float32 PTX checks accept as asked for.)"""
-    return x * 1.0

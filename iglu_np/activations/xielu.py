@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from .._math import horner, is_f32, two_prod, wide
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
+from .._math import horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -63,7 +64,7 @@ def xielu_dx(x, ap, an, beta, eps):
             # alpha_n expm1(x) and beta cancel near the root x0 = log1p(-beta/alpha_n)
             # (45 ulp at x = -1 in float32 with the defaults): float64 carries the bits the
             # float32 difference loses there, and the result is rounded once.
-            return T(wide(an) * math.expm1(wide(x)) + wide(beta))
+            return T(numba.float64(an) * math.expm1(numba.float64(x)) + numba.float64(beta))
         return an * math.expm1(x) + beta
     if x != x:
         return x

@@ -19,7 +19,8 @@ function and line):
 * ``T = type(x)``, ``T(c)``, ``type(x)(c)``, ``abs``, ``max``/``min`` (two arguments, with
   Numba's select semantics), ``math.<f>``, calls of other kernels, ``horner(v, COEFFS)``
   with a tuple of module constants, module-level numeric constants (inlined as literals);
-* in :mod:`iglu_np._vmath` also ``numba.int32``/``numba.float64`` casts and the bit-cast
+* ``numba.int32``/``numba.float64`` casts (kernels name numba through the stand-in
+  ``iglu_np._math.NUMBA``; :mod:`iglu_np._vmath` directly), and there the bit-cast
   intrinsics ``_bits``/``_from_bits``.
 
 Every function becomes ``template <class A0, ...> IGLU_NP_HOST_DEVICE auto f(A0 x, ...)``
@@ -284,10 +285,6 @@ class _Func:
             n = self.tuple_len(coeffs, node)
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
-        from .. import _math
-
-        if obj is _math.wide:  # float64 on purpose: a cast the float32 checks look for
-            return f"((double)({self.expr(args[0])}))"
         vm = _vmath()
         if obj is getattr(vm, "_bits", None):
             return f"iglu_np::bits({self.expr(args[0])})"
