@@ -2,7 +2,7 @@
 Mish and xSiLU (Huang 2024, expanded gating range)."""
 import math
 
-from .._math import horner, is_f32, sigmoid
+from .._math import exp_scaled, horner, is_f32, sigmoid
 from .._spec import Param, define, kernel
 
 # (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
@@ -65,25 +65,28 @@ def tanh_dx(x):
 @kernel
 def silu_f(x):
     T = type(x)
-    e = math.exp(-abs(x))
+    # e = m sc: m stays normal in the far tail, sc is applied last (one rounding there)
+    m, sc = exp_scaled(-abs(x), T(0.0))
+    e = m * sc
     r = T(1.0) / (T(1.0) + e)
     if x < T(0.0):
-        if e == T(0.0):
+        if m == T(0.0):
             return T(-0.0)  # limit at x -> -inf, where x * 0 would be NaN
-        return x * (e * r)
+        return (x * (m * r)) * sc
     return x * r
 
 
 @kernel
 def silu_dx(x):
     T = type(x)
-    e = math.exp(-abs(x))
+    m, sc = exp_scaled(-abs(x), T(0.0))  # e = m sc, as in silu_f
+    e = m * sc
     r = T(1.0) / (T(1.0) + e)
     if x < T(0.0):
-        if e == T(0.0):
+        if m == T(0.0):
             return T(0.0)
         # sigma = e r, 1 - sigma = r: sigma (1 + x (1 - sigma)) without 1 - sigma.
-        return (e * r) * (T(1.0) + x * r)
+        return ((m * r) * (T(1.0) + x * r)) * sc
     if e == T(0.0):
         return T(1.0)  # x e -> 0, but inf * 0 would be NaN
     return r * (T(1.0) + x * (e * r))
@@ -114,7 +117,9 @@ def tanhshrink_dx(x):
 # --------------------------------------------------------------------------- Mish
 @kernel
 def _mish_gate(x):
-    """(g, q, s): g = tanh(softplus(x)), q = 1 - g, s = sigmoid(x), all without cancellation.
+    """(g, q, s, sc): g sc = tanh(softplus(x)), q = 1 - g sc, s sc = sigmoid(x), all without
+    cancellation; sc is 1 but in the far negative tail, where g and s would be subnormal:
+    there g and s are kept 2^64 larger and sc = 2^-64 is applied last (one rounding).
 
     With n = e^x (e^x + 2), g = n/(n + 2). For x > 0 it is rewritten in e = exp(-x) as
     g = 1 - 2e^2/(1 + 2e + 2e^2), which never overflows.
@@ -124,36 +129,36 @@ def _mish_gate(x):
         e = math.exp(-x)
         d = T(1.0) + T(2.0) * e * (T(1.0) + e)
         q = T(2.0) * e * e / d
-        return T(1.0) - q, q, T(1.0) / (T(1.0) + e)
-    e = math.exp(x)
-    n = e * (e + T(2.0))
-    d = n + T(2.0)
-    return n / d, T(2.0) / d, e / (T(1.0) + e)
+        return T(1.0) - q, q, T(1.0) / (T(1.0) + e), T(1.0)
+    m, sc = exp_scaled(x, T(0.0))  # e^x = m sc
+    e = m * sc
+    d = e * (e + T(2.0)) + T(2.0)
+    return (m * (e + T(2.0))) / d, T(2.0) / d, m / (T(1.0) + e), sc
 
 
 @kernel
 def mish_f(x):
     T = type(x)
-    g, q, s = _mish_gate(x)
+    g, q, s, sc = _mish_gate(x)
     if math.isinf(x):
         return x if x > T(0.0) else T(-0.0)
-    return x * g
+    return (x * g) * sc
 
 
 @kernel
 def mish_dx(x):
     T = type(x)
-    g, q, s = _mish_gate(x)
+    g, q, s, sc = _mish_gate(x)
     if math.isinf(x):
         return T(1.0) if x > T(0.0) else T(0.0)
     # g' = (1 - g^2) sigma(x) and 1 - g^2 = q (2 - q), with q = 1 - g computed directly.
-    return g + x * (q * (T(2.0) - q) * s)
+    return (g + x * (q * (T(2.0) - q) * s)) * sc
 
 
 # --------------------------------------------------------------------------- xSiLU
 @kernel
 def _xsilu_gate(x, alpha):
-    """sigma(x)(1 + 2 alpha) - alpha and e = exp(-|x|).
+    """sigma(x)(1 + 2 alpha) - alpha, e = exp(-|x|) and e as me * sc (exp_scaled).
 
     Written as (1 - alpha expm1(-x))/(1 + e) for x >= 0 and (e + alpha expm1(x))/(1 + e)
     for x < 0: for alpha in [-1/2, 0] no term cancels anywhere; for alpha > 0 the only
@@ -161,30 +166,41 @@ def _xsilu_gate(x, alpha):
     """
     T = type(x)
     m = math.expm1(-abs(x))
-    e = math.exp(-abs(x))  # not m + 1, which is 0 once m rounds to -1
+    me, sc = exp_scaled(-abs(x), T(0.0))  # e = me sc (me normal in the far tail, see _tail)
+    e = me * sc  # not m + 1, which is 0 once m rounds to -1
     if x < T(0.0):
         num = e + alpha * m
     else:
         num = T(1.0) - alpha * m
-    return num / (T(2.0) + m), e
+    return num / (T(2.0) + m), e, me, sc
 
 
 @kernel
 def xsilu_f(x, alpha):
     T = type(x)
-    gate, e = _xsilu_gate(x, alpha)
-    if math.isinf(x) and gate == T(0.0):
-        return T(-0.0)  # -inf * 0 at alpha = 0 (x = +inf has gate 1 + alpha): SiLU's limit
+    gate, e, me, sc = _xsilu_gate(x, alpha)
+    if math.isinf(x):
+        if gate == T(0.0):
+            return T(-0.0)  # -inf * 0 at alpha = 0 (x = +inf has gate 1 + alpha): SiLU's limit
+        return x * gate
+    if sc < T(1.0) and x < T(0.0):
+        # far tail: (1 + 2 alpha) x sigma(x) - alpha x with SiLU's part rounded once (at
+        # alpha = 0 it is SiLU's subnormal tail; otherwise -alpha x dominates)
+        r = T(1.0) / (T(1.0) + e)
+        return (T(1.0) + T(2.0) * alpha) * ((x * (me * r)) * sc) - alpha * x
     return x * gate
 
 
 @kernel
 def xsilu_dx(x, alpha):
     T = type(x)
-    gate, e = _xsilu_gate(x, alpha)
+    gate, e, me, sc = _xsilu_gate(x, alpha)
     if math.isinf(x):
         return gate  # x sigma'(x) -> 0
     r = T(1.0) / (T(1.0) + e)
+    if sc < T(1.0) and x < T(0.0):
+        # far tail: (1 + 2 alpha) sigma (1 + x (1 - sigma)) - alpha, sigma's part rounded once
+        return (T(1.0) + T(2.0) * alpha) * (((me * r) * (T(1.0) + x * r)) * sc) - alpha
     # x sigma'(x) first (bounded by 0.23): x (1 + 2 alpha) overflowed for a large alpha
     # and then met sigma' = 0 (x = -1e20, alpha = 2e18 in float32 gave NaN, truth -2e18).
     return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)

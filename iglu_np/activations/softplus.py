@@ -2,7 +2,7 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import exp_dw, two_prod
+from .._math import exp_dw, exp_scaled, two_prod
 from .._spec import Param, define, kernel
 
 
@@ -63,11 +63,14 @@ def softplus_dbeta(x, beta, threshold):
     # -(|y| u/(1 + u) + log1p(u)) with u = exp(-|y|): two terms of one sign, where the
     # textbook form cancels to ~(1 + y) e^-y for y >> 0.
     nh, nl, pos = _neg_abs_y(yh, yl)
-    u = exp_dw(nh, nl)
-    a = T(0.0) if u == T(0.0) else abs(yh)  # u = 0 at y = -inf, where |y| u would be NaN
-    t = a * (u / (T(1.0) + u))
-    h = -(t + math.log1p(u))
-    r = h / beta / beta
+    # u = m sc (exp_scaled): in the far tail, where u is subnormal, the bracket is kept
+    # 2^64 larger (log1p(u) = u there) and sc is applied last, one rounding.
+    m, sc = exp_scaled(nh, nl)
+    u = m * sc
+    a = T(0.0) if m == T(0.0) else abs(yh)  # u = 0 at y = -inf, where |y| u would be NaN
+    t = a * (m / (T(1.0) + u))
+    h = -(t + (math.log1p(u) if sc == T(1.0) else m))
+    r = (h / beta / beta) * sc
     return T(0.0) if linear else r
 
 
