@@ -699,6 +699,13 @@ def run(act, kind, data, params, out):
                 raise ValueError(f"{name}: out= has shape {tuple(odev.shape)}, expected {shape}")
             if np.dtype(odev.dtype).kind != "f":
                 raise TypeError(f"{name}: out= must be a floating array, got {odev.dtype}")
+            if any(_overlap(d, odev) for d in [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)]):
+                # out= shares memory with an operand other than as the very same view: the
+                # kernel reads and writes in any order, so compute into a temporary and copy
+                # (numpy's buffered semantics)
+                tmp = run(act, kind, data, params, None)
+                odev.copy_to_device(_as_device(cuda, tmp), stream=stream)
+                return out
             result = out
         else:
             odev = cuda.device_array(shape, dtype=odt, stream=stream)
