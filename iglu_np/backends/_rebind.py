@@ -27,8 +27,9 @@ class Rebinder:
     their Python), or None.
     """
 
-    def __init__(self, jit, overrides=None, math_ns=None, helper=None):
+    def __init__(self, jit, overrides=None, math_ns=None, helper=None, numba_ns=None):
         self._jit = jit
+        self.numba_ns = numba_ns  # what kernels' ``numba.float64(x)`` casts name
         self._overrides = dict(overrides or {})
         self.math_ns = math_ns
         self._helper = helper
@@ -55,9 +56,11 @@ class Rebinder:
             if v is fn or not _hashable(v):
                 continue
             if isinstance(v, _NumbaCasts):
-                import numba  # the backends import it anyway; iglu_np itself does not
+                if self.numba_ns is None:
+                    import numba  # the backends import it anyway; iglu_np itself does not
 
-                g[name] = numba
+                    self.numba_ns = numba
+                g[name] = self.numba_ns
                 continue
             if v is math:
                 if self.math_ns is not None:

@@ -86,6 +86,36 @@ def cuda_module(toolchain: str | None = None):
     toolchain = check(toolchain)
     if toolchain == MLIR:
         from numba_cuda_mlir import cuda
+
+        _mlir_lower_type_call()
     else:
         from numba import cuda
     return cuda
+
+
+def _mlir_lower_type_call():
+    """Teach numba-cuda-mlir to lower ``T = type(x)`` for a number ``x`` (found and written
+    by a helper session; checked there by compiling every kernel to PTX with 0.6).
+
+    The kernels use ``T = type(x)`` then ``T(0.5)``. numba-cuda-mlir 0.6 types ``type(x)``
+    as ``class(float32)`` and lowers ``T(...)`` from that type alone, but has no lowering
+    for the ``type(x)`` call itself ("NotImplemented lowering call to <class 'type'>"). The
+    value of ``T`` is never used at run time, so the lowering stores a zero of the class's
+    dtype; it is dead code after MLIR's cleanup. Registered in numba-cuda-mlir's builtins
+    lowering registry (an internal API: once per process, and skipped where it is gone)."""
+    try:
+        from numba_cuda_mlir._mlir.dialects import arith
+        from numba_cuda_mlir.lowering import builtins as mlir_builtins
+        from numba_cuda_mlir.numba_cuda import types
+    except ImportError:
+        return
+    if getattr(mlir_builtins, "_iglu_np_type_call", False):
+        return
+
+    def lower_type_call(builder, target, args, kwargs):
+        dtype = builder.get_numba_type(target.name).dtype
+        zero = 0.0 if isinstance(dtype, types.Float) else 0
+        builder.store_var(target, arith.constant(result=builder.get_mlir_type(dtype), value=zero))
+
+    mlir_builtins.lower(type, types.Number)(lower_type_call)
+    mlir_builtins._iglu_np_type_call = True
