@@ -472,8 +472,6 @@ class Activation:
                 tv = type(v)
                 if tv is not float and tv is not int and not isinstance(v, np.floating):
                     return None
-                if dt is _F32 and v and not (_F32_TINY <= abs(v) <= _F32_MAX):
-                    return None  # computed in float64 by the general path (widened)
         else:
             vals = self._defaults_tuple
         if out is None:

@@ -118,11 +118,7 @@ def _raw(cupy, vs):
 
 def _sm_count(cupy) -> int:
     dev = cupy.cuda.Device()
-    key = ("sms", dev.id)
-    n = _kernels.get(key)
-    if n is None:
-        n = _kernels[key] = int(dev.attributes["MultiProcessorCount"])
-    return n
+    return _memo(("sms", dev.id), lambda: int(dev.attributes["MultiProcessorCount"]))
 
 
 def _layout(a):

@@ -72,7 +72,12 @@ def _cuda():
 
 
 def _mlir() -> bool:
-    return cuda_toolchain.choose() == cuda_toolchain.MLIR
+    """Whether this process compiles with numba-cuda-mlir (chosen once: the choice looks
+    the package up on sys.path, 23 us, and simulator() asks several times per launch)."""
+    m = _state.get("mlir")
+    if m is None:
+        m = _state["mlir"] = cuda_toolchain.choose() == cuda_toolchain.MLIR
+    return m
 
 
 def simulator() -> bool:
