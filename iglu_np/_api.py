@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from types import MappingProxyType
 
 import numpy as np
@@ -163,6 +164,16 @@ def _cpu_fast():
 
 
 _PUBLIC_KIND = {"fwd": "__call__", "bwd": "backward"}
+
+
+def _may_share(out, a) -> bool:
+    """Whether two numpy (or two cupy) arrays may overlap in memory."""
+    if isinstance(out, np.ndarray):
+        return isinstance(a, np.ndarray) and np.may_share_memory(out, a)
+    cp = sys.modules.get("cupy")
+    if cp is not None and isinstance(out, cp.ndarray) and isinstance(a, cp.ndarray):
+        return bool(cp.may_share_memory(out, a))
+    return False
 
 
 def _keyword_hint(act) -> str:
@@ -343,6 +354,11 @@ class Activation:
             res = _cpu_fast().backward_all(self, vals, cdt, out) if widened(cdt, vals[2:]) == cdt else None
             if res is not None:
                 return res
+        if out is not None and any(_may_share(out, a) for a in (x, grad_out, *params.values())):
+            # numpy's semantics: every operand (the parameters of backward_params too) is
+            # read before out is written.
+            gp = self.backward_params(x, grad_out, **params)
+            return self.backward(x, grad_out, out=out, **params), gp
         gx = self.backward(x, grad_out, out=out, **params)
         return gx, self.backward_params(x, grad_out, **params)
 

@@ -22,6 +22,7 @@ __all__ = [
     "is_f32",
     "split",
     "two_prod",
+    "two_sum",
     "mul_dw",
     "exp_dw",
     "exp_scaled",
@@ -29,6 +30,7 @@ __all__ = [
     "log1p_exp",
     "horner",
     "BIG",
+    "BIG64",
 ]
 
 class _NumbaCasts:
@@ -45,6 +47,8 @@ NUMBA = _NumbaCasts()
 # Beyond this magnitude the Veltkamp split would overflow; dw corrections are dropped
 # there (they only matter for arguments of exp/erfc that are far smaller).
 BIG = 1e30
+# Where Dekker's split of a float64 (a * (2^27 + 1)) and its products stay finite.
+BIG64 = 1e290
 
 
 @kernel
@@ -69,15 +73,25 @@ def split(a):
 
 @kernel
 def two_prod(a, b):
-    """``a*b = p + e`` exactly (Dekker). ``e`` is 0 where the split could overflow."""
+    """``a*b = p + e`` exactly (Dekker). ``e`` is 0 where the split could overflow
+    (an operand or the product beyond 1e30 in float32, 1e290 in float64)."""
     T = type(a)
     p = a * b
     ah, al = split(a)
     bh, bl = split(b)
     e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    if not (abs(a) < T(BIG) and abs(b) < T(BIG)) or not (abs(p) < T(BIG)):
+    big = T(BIG) if is_f32(a) else T(BIG64)
+    if not (abs(a) < big and abs(b) < big) or not (abs(p) < big):
         e = T(0.0)
     return p, e
+
+
+@kernel
+def two_sum(a, b):
+    """``a + b = s + e`` exactly (Knuth; either order of magnitudes)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
 
 
 @kernel

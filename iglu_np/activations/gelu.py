@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import horner, is_f32, two_prod
+from .._math import exp_dw, horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 def _f32(v: float) -> float:
@@ -262,8 +262,9 @@ def _two_sum(a, b):
 # code (a branch around a polynomial or exp keeps them scalar). The chosen case computes
 # exactly what the branch did.
 @kernel
-def _npdf_dw(t_hi, t_lo):
-    """phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair."""
+def _npdf_exponent(t_hi, t_lo):
+    """(under, y, f): phi(t_hi + t_lo) = exp(y + f) with y + f = -t^2/2 - log sqrt(2 pi)
+    as a dw pair, unless ``under`` (|t| > 64: phi underflows to 0)."""
     T = type(t_hi)
     if is_f32(t_hi):
         l_hi = T(LN_32H)
@@ -279,6 +280,14 @@ def _npdf_dw(t_hi, t_lo):
     # The normalising constant goes into the exponent: one rounding fewer than exp()*c.
     y, f = _two_sum(T(-0.5) * s, -l_hi)
     f = f + (T(-0.5) * e - l_lo)
+    return under, y, f
+
+
+@kernel
+def _npdf_dw(t_hi, t_lo):
+    """phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair."""
+    T = type(t_hi)
+    under, y, f = _npdf_exponent(t_hi, t_lo)
     r = math.exp(y)
     r = r + r * f
     return T(0.0) if under else r
@@ -444,7 +453,7 @@ def gelu_dx(x):
 def _ax(x, a):
     """a*x as an exact dw pair; a = 0 gives 0 even at x = +-inf (the gate is then 1/2)."""
     T = type(x)
-    t_hi, t_lo = two_prod(a, x)
+    t_hi, t_lo = two_prod(a, x)  # exact below 1e290 (t_lo is 0 beyond)
     zero = a == T(0.0) and math.isinf(x)
     t_hi = T(0.0) if zero else t_hi
     t_lo = T(0.0) if zero else t_lo
@@ -467,16 +476,43 @@ def gelu_a_dx(x, a):
     return _gelu_dx_core(t_hi, t_lo)
 
 
+# 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
+_K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
+_K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
+_TWO_M512 = 7.458340731200207e-155
+
+
+@kernel
+def _shift_ln2(x, y, f):
+    """(x', y', f') with x^2 e^(y+f) = x'^2 e^(y'+f'): x' = x 2^-512j and y' = y + 1024 j
+    ln2 for j = 0, 1, 2 chosen so that y' >= -700 (y >= -2049 here)."""
+    T = type(x)
+    d1 = y < T(-700.0)
+    d2 = y < T(-1409.0)
+    k_hi = T(_K2048_HI) if d2 else (T(_K1024_HI) if d1 else T(0.0))
+    k_lo = T(_K2048_LO) if d2 else (T(_K1024_LO) if d1 else T(0.0))
+    y2, g = _two_sum(y, k_hi)
+    s1 = T(_TWO_M512) if d1 else T(1.0)
+    s2 = T(_TWO_M512) if d2 else T(1.0)
+    return (x * s1) * s2, y2, f + (g + k_lo)
+
+
 @kernel
 def gelu_a_da(x, a):
     T = type(x)
     if is_f32(x):
         return _gelu32_da(x, a)
     t_hi, t_lo = _ax(x, a)
-    ph = _npdf_dw(t_hi, t_lo)
-    # (x phi) x: x^2 alone may overflow where x^2 phi does not.
-    r = (x * ph) * x
-    return T(0.0) if ph == T(0.0) else r  # |x| = inf with a > 0: the limit 0, not inf*0
+    under, y, f = _npdf_exponent(t_hi, t_lo)
+    # x^2 phi can be a normal number where phi is subnormal or zero (|a x| > 37.5 and
+    # |x| large: x^2 times the subnormal phi was 24,011 ulp off, and 0 below e^-745):
+    # x^2 e^y = (x 2^-512j)^2 e^(y + 1024j ln2), j = 0, 1, 2 (y >= -2049 for |t| <= 64)
+    # so that the exponent is >= -700. x 2^-512 is exact wherever the result
+    # is not zero, and (x m) x rounds once into the subnormal range.
+    x, y, f = _shift_ln2(x, y, f)
+    m = exp_dw(y, f)
+    r = (x * m) * x  # x^2 alone may overflow where x^2 phi does not
+    return T(0.0) if under else r  # |x| = inf with a > 0: the limit 0
 
 
 # --------------------------------------------------------------------------- GELU tanh

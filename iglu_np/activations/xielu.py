@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import horner, is_f32, two_prod
+from .._math import BIG, horner, is_f32, two_prod, two_sum
 from .._spec import Param, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -54,6 +54,79 @@ def xielu_f(x, ap, an, beta, eps):
     return an * (expm1_minus_x(eps) + (eps - x)) + beta * x
 
 
+# 1/6 as a double-word and the Taylor tail 1/k!, k = 4..8, of expm1 at |r| <= 6.1e-4.
+_INV6_HI, _INV6_LO = 0.16666666666666666, 9.25185853854297e-18
+_EXPM1_TAIL = tuple(1.0 / math.factorial(k) for k in range(4, 9))
+
+
+@kernel
+def _expm1_twice(uh, ul):
+    """expm1(2a) = 2u + u^2 for u = expm1(a) = uh + ul, as a double-word."""
+    q, f = two_prod(uh, uh)
+    s, g = two_sum(uh + uh, q)
+    lo = g + (f + (uh + uh) * ul + (ul + ul))
+    h = s + lo
+    return h, lo - (h - s)
+
+
+@kernel
+def _expm1_twice4(uh, ul):
+    uh, ul = _expm1_twice(uh, ul)
+    uh, ul = _expm1_twice(uh, ul)
+    uh, ul = _expm1_twice(uh, ul)
+    return _expm1_twice(uh, ul)
+
+
+@kernel
+def xielu_root_lo(an, beta, hi):
+    """The low part of the root x0 = hi + lo of alpha_n expm1(x) + beta, for
+    hi = log1p(-beta/alpha_n) (float64; 0 < -hi <= 40 and alpha_n < 1e30). ``lo`` is one
+    Newton step, log(c e^-hi) ~ c e^-hi - 1 with c = (alpha_n - beta)/alpha_n, which needs
+    e^-hi to ~2^-80: expm1(-hi) is built as a double-word from a short Taylor series at
+    -hi 2^-16 (exact scaling) and 16 doublings. It depends on the parameters only, so the
+    CPU loops hoist it out of the element loop; on a GPU only threads near the root run it."""
+    T = type(an)
+    r = -hi * T(1.52587890625e-05)  # 2^-16
+    a, b = two_prod(r, r)
+    c, d = two_prod(a, r)
+    d = d + b * r
+    p, e = two_prod(c, T(_INV6_HI))
+    e = e + (c * T(_INV6_LO) + d * T(_INV6_HI))
+    s, e1 = two_sum(r, a * T(0.5))
+    s, e2 = two_sum(s, p)
+    lo = (e1 + b * T(0.5)) + (e2 + e + (a * a) * horner(r, _EXPM1_TAIL))
+    uh = s + lo
+    ul = lo - (uh - s)
+    uh, ul = _expm1_twice4(uh, ul)
+    uh, ul = _expm1_twice4(uh, ul)
+    uh, ul = _expm1_twice4(uh, ul)
+    uh, ul = _expm1_twice4(uh, ul)
+    # (alpha_n - beta)(1 + u) - alpha_n = (alpha_n - beta) u - beta, with p - beta exact
+    # (Sterbenz) and alpha_n - beta carried exactly as sh + st.
+    sh, st = two_sum(an, -beta)
+    p, e = two_prod(sh, uh)
+    n = (p - beta) + (e + sh * ul + st * uh)
+    return n / an
+
+
+@kernel
+def _xielu_dx_neg(x, an, beta):
+    """alpha_n expm1(x) + beta for x <= eps. Near the root (69 ulp at x = -1 in float64
+    with the defaults) the same function is (alpha_n - beta) expm1(x - x0): with x0 a
+    double-word and x - hi exact (Sterbenz, x within a factor 2 of hi) nothing cancels.
+    One expm1 either way."""
+    T = type(x)
+    k = an
+    c = beta
+    arg = x
+    hi = math.log1p(-beta / an)
+    if beta > T(0.0) and an < T(BIG) and hi >= T(-40.0) and T(2.0) * hi <= x and x <= T(0.5) * hi:
+        k = an - beta
+        c = T(0.0)
+        arg = (x - hi) - xielu_root_lo(an, beta, hi)
+    return k * math.expm1(arg) + c
+
+
 @kernel
 def xielu_dx(x, ap, an, beta, eps):
     T = type(x)
@@ -61,11 +134,10 @@ def xielu_dx(x, ap, an, beta, eps):
         return T(2.0) * ap * x + beta
     if x <= eps:
         if is_f32(x):
-            # alpha_n expm1(x) and beta cancel near the root x0 = log1p(-beta/alpha_n)
-            # (45 ulp at x = -1 in float32 with the defaults): float64 carries the bits the
-            # float32 difference loses there, and the result is rounded once.
-            return T(numba.float64(an) * math.expm1(numba.float64(x)) + numba.float64(beta))
-        return an * math.expm1(x) + beta
+            # float32 data: the float64 result rounded once (the double-word root is
+            # built for float64; float32 parameters are exact there).
+            return T(_xielu_dx_neg(numba.float64(x), numba.float64(an), numba.float64(beta)))
+        return _xielu_dx_neg(x, an, beta)
     if x != x:
         return x
     return beta - an
@@ -241,9 +313,12 @@ define(
         "the plain difference cancels), the linear piece as (expm1(eps) - eps) + "
         "(eps - x) with eps - x exact, and for x < -1 as alpha_n e^x-ish terms that stay "
         "finite at -inf (f -> +inf since alpha_n > beta). The value crosses zero for "
-        "x < 0 and df/dx at x = log1p(-beta/alpha_n): errors there are measured against "
-        "the magnitude of the terms alpha_n|expm1(min(x,eps)) - x| + beta|x| and "
-        "alpha_n|expm1(x)| + beta."
+        "x < 0, where its error is measured against the magnitude of the terms "
+        "alpha_n|expm1(min(x,eps)) - x| + beta|x|. df/dx crosses zero at "
+        "x0 = log1p(-beta/alpha_n); within a factor 2 of x0 it is computed as "
+        "(alpha_n - beta) expm1(x - x0) with x0 a double-word, so it keeps a few ulp of "
+        "its own value there (the scale alpha_n|expm1(x)| + beta is for the doubles "
+        "next to x0)."
     ),
     special_points=(
         0.0,

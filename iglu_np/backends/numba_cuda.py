@@ -37,7 +37,7 @@ import threading
 
 import numpy as np
 
-from .._math import BIG
+from .._math import BIG, BIG64
 from .._spec import REGISTRY
 from . import cuda_toolchain
 
@@ -125,7 +125,8 @@ def two_prod(a, b):
     T = type(a)
     p = a * b
     e = cuda.fma(a, b, -p)
-    if not (abs(a) < T(BIG) and abs(b) < T(BIG)) or not (abs(p) < T(BIG)):
+    big = T(BIG) if T(16777217.0) == T(16777216.0) else T(BIG64)
+    if not (abs(a) < big and abs(b) < big) or not (abs(p) < big):
         e = T(0.0)
     return p, e
 """
@@ -135,7 +136,7 @@ def _two_prod_fma(cuda):
     """_math.two_prod with the exact FMA error term (one instruction instead of Dekker's
     17); same guard, so results agree with the CPU wherever Dekker's term is exact.
     Numba types ``cuda.fma`` only as an attribute of the cuda module, hence the source."""
-    g = {"cuda": cuda, "BIG": BIG}
+    g = {"cuda": cuda, "BIG": BIG, "BIG64": BIG64}
     exec(compile(_TWO_PROD_FMA, "<iglu_np.backends.numba_cuda two_prod>", "exec"), g)
     return g["two_prod"]
 
