@@ -312,8 +312,9 @@ def test_property_out_overlapping_any_operand_gives_numpys_answer(name, kind, dt
         else:  # the parameter gradients too read x and grad_out before out is written
             want, wp = a.backward_all(x.copy(), gg.copy())
             got, gp = a.backward_all(x, gg, out=os_)
-            for k in wp:
-                np.testing.assert_allclose(gp[k], wp[k], rtol=1e-5 if dtype == np.float32 else 1e-12)
+            for k in wp:  # sums in another order (a strided view against a copy): rounding only
+                np.testing.assert_allclose(gp[k], wp[k], rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                           atol=64 * n * float(np.finfo(dtype).eps))
     else:
         f = a if kind == "fwd" else a.dx
         want = f(xs.copy())
@@ -327,6 +328,7 @@ def test_property_out_overlapping_any_operand_gives_numpys_answer(name, kind, dt
        mant=st.floats(1.0, 9.99))
 @example(name="iglu", which=0, exp=39, sign=1.0, mant=1.0)
 @example(name="squareplus", which=0, exp=39, sign=1.0, mant=1.0)
+@example(name="xielu", which=3, exp=22, sign=-1.0, mant=1.0)  # found by this test: eps = -1e22
 def test_property_float32_parameters_of_any_magnitude(name, which, exp, sign, mant):
     """Any in-domain parameter value, however large or small for float32: float32 data
     gives the float64 answer rounded once, or a ValueError naming the parameter."""

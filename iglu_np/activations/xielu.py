@@ -37,6 +37,18 @@ def expm1_minus_x(m):
     return (m * m) * p
 
 
+@kernel
+def _em1_eps_minus_x(x, eps):
+    """expm1(eps) - x for eps < x <= 0 (and NaN). For |eps| <= 1 as (expm1(eps) - eps) +
+    (eps - x), eps - x exact near eps, so it does not cancel; for eps < -1 directly, where
+    expm1(eps) - eps carried eps's rounding (1e15 at eps = -1e22 in float32) into a
+    result as small as |x|."""
+    T = type(x)
+    if eps < T(-1.0):
+        return math.expm1(eps) - x
+    return expm1_minus_x(eps) + (eps - x)
+
+
 # --------------------------------------------------------------------------- xIELU
 @kernel
 def xielu_f(x, ap, an, beta, eps):
@@ -49,9 +61,7 @@ def xielu_f(x, ap, an, beta, eps):
             # alpha_n (expm1(x) - x) + beta x would be inf - inf.
             return an * math.expm1(x) + (beta - an) * x
         return an * expm1_minus_x(x) + beta * x
-    # eps < x <= 0 (and NaN): expm1(min(x, eps)) - x = (expm1(eps) - eps) + (eps - x),
-    # eps - x exact near eps, so the linear piece does not cancel either.
-    return an * (expm1_minus_x(eps) + (eps - x)) + beta * x
+    return an * _em1_eps_minus_x(x, eps) + beta * x
 
 
 # 1/6 as a double-word and the Taylor tail 1/k!, k = 4..8, of expm1 at |r| <= 6.1e-4.
@@ -160,7 +170,7 @@ def xielu_dan(x, ap, an, beta, eps):
         return T(0.0)
     if x <= eps:
         return expm1_minus_x(x)
-    return expm1_minus_x(eps) + (eps - x)
+    return _em1_eps_minus_x(x, eps)
 
 
 @kernel
