@@ -2,7 +2,7 @@
 Neto, ECML-PKDD 2026, arXiv 2603.06861, eqs. 4, 8, 10, 11)."""
 import math
 
-from .._math import horner
+from .._math import horner, is_f32
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -34,6 +34,20 @@ IGLU_TAIL_HI = (  # in (v - 0.625), for v in [0.25, 1]
     1.7121525470668809468e-3, -1.0577761449271086291e-3, 6.5481690399099988377e-4,
     -4.0418154447898258859e-4, 2.3946619236311259666e-4, -1.4772211199875048214e-4,
     1.243270939215465332e-4, -7.6651285572709229656e-5,
+)
+
+# The same pieces for float32 (degrees 6 and 8, relative error 4.9e-9 and 1.3e-8): with the
+# float64 degrees (both pieces run on every lane: selects) the float32 fused backward took
+# 1.22 ns/element against 0.89 with these (16.8M elements, 2 threads, this 2-core machine).
+IGLU_TAIL_LO32 = (
+    6.666666635412708236e-1, -7.9999877169547094229e-1, 8.5706320949488472597e-1,
+    -8.8692679420282675887e-1, 8.8560717587703849443e-1, -7.7324359239752584472e-1,
+    4.1534306830366052527e-1,
+)
+IGLU_TAIL_HI32 = (
+    3.6927270979370622326e-1, -2.8033723125243805555e-1, 1.8780251952074609679e-1,
+    -1.2111570285943679436e-1, 7.6789719710367167234e-2, -4.7973358180545751602e-2,
+    2.9979041358650294974e-2, -2.1256583522486567857e-2, 1.3198798499329941418e-2,
 )
 
 
@@ -110,7 +124,10 @@ def iglu_dx(x, sigma):
     # t < 0, u < 1: the two terms cancel to ~ 2u^3/(3pi): u^3 * P(u^2), no subtraction.
     un = u if u < T(1.0) else T(0.0)
     v = un * un
-    p = horner(v, IGLU_TAIL_LO) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI)
+    if is_f32(x):
+        p = horner(v, IGLU_TAIL_LO32) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI32)
+    else:
+        p = horner(v, IGLU_TAIL_LO) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI)
     near = (un * v) * p / T(math.pi)
     tp = T(0.0) if neg else t
     big = tp > T(1.0)
