@@ -319,6 +319,26 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
         aidx = idx if ndim == 1 else f"({idx})"
         body = ["while i < n:", *["    " + d for d in decomp],
                 f"    cuda.atomic.add(acc, {aidx}, _ACC({val}))", "    i += st"]
+    elif ndim == 1:
+        # Four independent elements per thread and step, all loaded before any is
+        # computed or stored: out may alias x for all the compiler knows, so it could not
+        # hoist a later load above an earlier store itself. Measured on an H100 (float32,
+        # 2^26 elements, shared/design-notes.md): a one-element grid-stride Numba kernel
+        # 1.9x the copy limit, four independent elements per thread 1.5x.
+        sig.append("out")
+        q = [f"i + {k} * st" if k else "i" for k in range(4)]
+        loads = [f"    x{k} = _CT(x[{q[k]}])" for k in range(4)]
+        if two:
+            loads += [f"    g{k} = _CT(g[{q[k]}])" for k in range(4)]
+        calls = []
+        for k in range(4):
+            pk = [f"_CT({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)]
+            calls.append(f"_fn({', '.join([f'x{k}', *pk])})")
+        vals = [f"g{k} * {c}" if two else c for k, c in enumerate(calls)]
+        body = ["while i + 3 * st < n:", *loads,
+                *[f"    y{k} = {v}" for k, v in enumerate(vals)],
+                *[f"    out[{q[k]}] = y{k}" for k in range(4)], "    i += 4 * st",
+                "while i < n:", f"    out[i] = {val}", "    i += st"]
     else:
         sig.append("out")
         body = ["while i < n:", *["    " + d for d in decomp], f"    out[{idx}] = {val}",
