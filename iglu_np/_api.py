@@ -124,12 +124,27 @@ def widened(cdt, params) -> np.dtype:
     return cdt
 
 
-def _detect(data):
-    """The backend of the first non-host operand, or None (all host: the CPU)."""
+def _detect(data, act):
+    """The backend of the first non-host operand, or None (all host: the CPU); errors
+    name the activation."""
     for d in data:
         if not isinstance(d, _HOST_TYPES):
-            return backends.detect(d)
+            try:
+                return backends.detect(d)
+            except TypeError as e:
+                raise TypeError(f"{act.name}: {e}") from None
     return None
+
+
+def _backend(params, data, act, pop=True):
+    """The backend= keyword (checked, named in the error) or the operands' backend."""
+    b = (params.pop("backend", None) if pop else params.get("backend"))
+    if b is None:
+        return _detect(data, act)
+    if b != "cpu" and b not in backends.BACKENDS:
+        raise ValueError(f"{act.name}: unknown backend={b!r}; expected 'cpu' or one of "
+                         f"{', '.join(backends.BACKENDS)}")
+    return b
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
@@ -310,7 +325,7 @@ class Activation:
         # parameters, so there is no index to keep)
         x, grad_out = (np.asarray(d) if type(d) is memoryview or _pandas_kind(d) else d
                        for d in (x, grad_out))
-        backend = params.pop("backend", None) or _detect((x, grad_out))
+        backend = _backend(params, (x, grad_out), self)
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, "backward_params", (x, grad_out), params, None)
         vals, cdt = self._prepare(("x", "grad_out"), (x, grad_out), params)
@@ -341,7 +356,7 @@ class Activation:
         if any(type(d) is memoryview or _pandas_kind(d) for d in (x, grad_out)):
             # array-likes take the general path (a pandas grad_x keeps its index)
             return self.backward(x, grad_out, out=out, **params), self.backward_params(x, grad_out, **params)
-        backend = params.get("backend") or _detect((x, grad_out))
+        backend = _backend(params, (x, grad_out), self, pop=False)
         if backend is not None and backend != "cpu":
             params = {k: v for k, v in params.items() if k != "backend"}
             res = backends.run_backward_all(backend, self, (x, grad_out), params, out)
@@ -571,7 +586,7 @@ class Activation:
             if out is not None:
                 return out
             return _rewrap(like, r)
-        backend = (params.pop("backend", None) if "backend" in params else None) or _detect(data)
+        backend = _backend(params, data, self) if "backend" in params else _detect(data, self)
         if backend is not None and backend != "cpu":
             return backends.run(backend, self, kind, data, params, out)
         names = ("x", "grad_out") if len(data) == 2 else ("x",)

@@ -276,6 +276,34 @@ def test_row_15_partial_fit_single_class_rejected():
         MLPClassifier((4,)).partial_fit(X, np.zeros(len(X), int), classes=[0])
 
 
+# ------------------------------------------------------------------ every error names the activation
+def _error_cases(a):
+    x = np.linspace(-2, 2, 6).astype(np.float32)
+    ro = np.empty_like(x)
+    ro.setflags(write=False)
+    yield "complex input", lambda: a(x.astype(np.complex64)), "float"
+    yield "unknown keyword", lambda: a(x, sigmaa=1.0), "sigmaa"
+    yield "backend", lambda: a(x, backend="nope"), "backend"
+    yield "input type", lambda: a("text"), "numpy array"
+    yield "shapes", lambda: a.backward(x, np.ones(4, np.float32)), "broadcast"
+    yield "read-only out", lambda: a(x, out=ro), "read-only"
+    yield "positional parameter", lambda: a(x, 1.0), "keyword" if a.params else "no parameters"
+    for p in a.params:
+        bad = (p.lo - 1.0) if p.lo is not None and np.isfinite(p.lo) else (
+            (p.hi + 1.0) if p.hi is not None and np.isfinite(p.hi) else np.nan)
+        yield f"{p.name} outside its domain", lambda p=p, bad=bad: a(x, **{p.name: bad}), p.name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_error_names_the_activation_and_the_argument(name):
+    a = iglu_np.ACTIVATIONS[name]
+    for what, call, needle in _error_cases(a):
+        with pytest.raises((TypeError, ValueError)) as e:
+            call()
+        msg = str(e.value)
+        assert name in msg and needle in msg, (what, msg)
+
+
 # ------------------------------------------------------------------ property tests
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
