@@ -80,8 +80,9 @@ def _threshold_default() -> int:
     v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
     if v:
         return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
-    # Measured with examples/bench_threshold.py (2 cores, AVX-512): below ~2**16 elements
-    # the prange launch (~10-20 us) costs more than the second core saves.
+    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
+    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
+    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
     return 1 << 16
 
 

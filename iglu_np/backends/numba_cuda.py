@@ -679,11 +679,6 @@ def _device_ctx(cuda, obj):
     return cuda.gpus[idx]
 
 
-def _to_host(cuda, v):
-    dev = _as_device(cuda, v)
-    return dev.copy_to_host()
-
-
 # --------------------------------------------------------------------------- run
 _DATA_NAMES = ("x", "grad_out")
 

@@ -12,7 +12,6 @@ Works without scikit-learn; when it is installed the estimators derive from its
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import math
 import os
