@@ -247,8 +247,8 @@ def _warm_calls() -> int:
 
 # Warm-up calls that reach the steady state. iglu_np runs the first calls of a kind on a
 # small input (< 2048 elements) through its ufunc and only then loads a compiled loop
-# (cpu_fast.WARM_CALLS = 8): with a one-call warm-up that ~20 ms load landed in the first
-# timed sample (a 5-element forward measured 180 us instead of 2.5; the trainer 2x slow).
+# (IGLU_NP_FAST_WARM_CALLS, default 8): with a one-call warm-up that load (milliseconds)
+# landed in the first timed sample, which then dwarfed the microseconds of a small call.
 WARM_CALLS = _warm_calls()
 
 
@@ -265,14 +265,13 @@ def _prewarm():
     """Load Numba and the kernels once, in the process that asv forks from.
 
     asv imports the suite in a server process and forks one process per benchmark,
-    parameter set and round (~1000 per round and commit). Without any prewarming each
-    paid ~1 s of CPU to start Numba; with Numba started, still 0.1-0.8 s to load its
-    activation's kernels from the on-disk cache and 1.2 s to import ``iglu_np.nn`` (the
-    trainer), against a few ms of timed work (measured here). So the server loads every
-    activation's small-input kernels (float32, float64, a Python float: the serial paths,
-    which also serve 10,000 elements and the trainer's 128x64 batches) and imports the
-    trainer, ~15 s once per server. Only in the server (``asv_runner run_server``):
-    discovery and ``asv check`` import the suite too and need none of it. Nothing here
+    parameter set and round (on the order of a thousand per round and commit). Without
+    prewarming each would start Numba, load its activation's kernels from the on-disk
+    cache and import ``iglu_np.nn`` (the trainer): each of these costs far more than the
+    milliseconds of timed work. So the server loads every activation's small-input
+    kernels (float32, float64, a Python float: the serial paths, which also serve 10,000
+    elements and the trainer's 128x64 batches) and imports the trainer, once per server.
+    Only in the server (``asv_runner run_server``): discovery and ``asv check`` import the suite too and need none of it. Nothing here
     may start a thread pool or a GPU context, which do not survive a fork: the calls stay
     below the parallel kernels' threshold.
     """
@@ -308,8 +307,8 @@ _prewarm()
 
 # --------------------------------------------------------------------------- timing
 # Single-threaded host code is timed in process CPU time: it does not count time spent
-# waiting for a core while another job runs (wall time flagged 1.6-2.9x "regressions"
-# between two builds of identical code on a shared machine). IGLU_ASV_CLOCK=wall
+# waiting for a core while another job runs (on a shared machine wall time flagged
+# "regressions" between two builds of identical code). IGLU_ASV_CLOCK=wall
 # switches to wall time (keep one choice per machine: asv compares results of the same
 # machine only).
 CPU_CLOCK = time.perf_counter if os.environ.get("IGLU_ASV_CLOCK") == "wall" else time.process_time
@@ -319,21 +318,20 @@ _clock_now = [CPU_CLOCK]
 # Calls of this many elements or more run on all Numba threads, and those are timed in
 # wall time (so are the GPU's: the host mostly waits for the device). Linux adds a
 # running thread's CPU time to the process clock only when that thread is switched or
-# at a scheduler tick (4 ms), so the worker thread's share of a 0.2 ms call lands in
-# lumps: relu dx at 1e6 (float32), one sample in each of 12 processes, measured
-# 216-842 us in process CPU time and 214-304 us in wall time (8.6-13.6 ms against
-# 4.7-6.3 ms at 16.8M), and an unchanged tree's `asv continuous` flagged it 3.55x slower.
+# at a scheduler tick (a few ms), so the worker thread's share of a sub-millisecond call
+# lands in lumps: process CPU time of a threaded call scatters far more than its wall
+# time, enough for `asv continuous` to flag an unchanged tree as several times slower.
 PARALLEL_THRESHOLD = _cpu_fast_setting("THRESHOLD", 1 << 16)
 
 # One sample per benchmark process, in 8 processes (asv `rounds`; `asv continuous`
 # interleaves them across the two commits).
 #
-# Measured on this project's 2-vCPU VMs: each vCPU has episodes of 0.25-3 s,
-# independently, in which all code runs 1.6-2.0x slower (a 12 us Python loop included:
-# the host shares the core; CPU time counts it too). A benchmark process lasts well under
-# a second, so all its samples fall in one machine state: they are not independent, and
-# asv's Mann-Whitney test (p < 0.002) over 6 processes x 3-5 samples declared "significant"
-# differences whenever 2-3 of one commit's processes were slow (12 of 132 benchmarks
+# On shared virtual machines a vCPU can have episodes (up to seconds) in which all code,
+# a pure Python loop included, runs markedly slower (the host shares the core; CPU time
+# counts it too). A benchmark process lasts well under a second, so all its samples fall
+# in one machine state: they are not independent, and asv's Mann-Whitney test
+# (p < 0.002) over a few processes with several samples each declared "significant"
+# differences whenever a few of one commit's processes were slow (benchmarks were
 # flagged on an unchanged tree). With one sample per process the samples are independent
 # and identically distributed when the code is the same, so the test's false-alarm rate
 # is what it says. With 6 rounds p < 0.002 is out of reach, with 7 it takes at most one
