@@ -17,7 +17,6 @@ Specs never import a backend; backends import specs. Nothing here imports numba 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
@@ -114,6 +113,7 @@ class ActivationSpec:
     tolerances: Mapping = field(default_factory=dict)
     example: str = ""
     monotonic: bool = False
+    torch: str = ""
 
     @property
     def param_names(self) -> tuple:
@@ -163,6 +163,7 @@ def define(
     tolerances: Mapping | None = None,
     example: str = "",
     monotonic: bool = False,
+    torch: str = "",
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -177,6 +178,10 @@ def define(
     ``special_points`` are x values (kinks, thresholds) the tests always include, as
     numbers or as callables ``(params dict) -> x``. ``monotonic=True`` declares ``f``
     non-decreasing in x at the default parameters (a hypothesis property test checks it).
+    ``torch`` names the ``torch.nn.functional`` function that computes the same activation
+    at its default parameters (``iglu-np bench`` times it side by side), or is empty.
+    The spec's module (where backends look for module-level data such as its C++) is
+    ``f.__module__``: define ``f`` in the module that calls ``define``.
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -189,7 +194,7 @@ def define(
             raise ValueError(f"{name}: {what} keys {sorted(mapping)} != params {names}")
     for fn in [f, dx, *dparams.values()]:
         kernel(fn)
-    module = sys._getframe(1).f_globals.get("__name__", "?")
+    module = getattr(f, "__module__", None) or "?"  # the declaring module, as for docs
     spec = ActivationSpec(
         name=name,
         summary=summary,
@@ -212,6 +217,7 @@ def define(
         tolerances=MappingProxyType(dict(tolerances or {})),
         example=example,
         monotonic=bool(monotonic),
+        torch=torch,
     )
     _REGISTRY[name] = spec
     return spec

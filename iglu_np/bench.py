@@ -29,15 +29,6 @@ import numpy as np
 SIZES = (10_000, 1_000_000, 16_777_216)
 QUICK_SIZES = (10_000, 1_000_000)
 
-# activation -> torch expression builders: name -> (forward(x, out), autograd fwd+bwd).
-_TORCH_NATIVE = {
-    "relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "sigmoid": "sigmoid",
-    "elu": "elu", "softplus": "softplus", "mish": "mish", "hardtanh": "hardtanh",
-    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "leaky_relu": "leaky_relu",
-    "selu": "selu", "celu": "celu", "softsign": "softsign", "tanhshrink": "tanhshrink",
-}
-
-
 _SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine check)
 
 
@@ -257,15 +248,17 @@ def _load() -> float:
 
 def _torch_times(th, name, tx, tg, to, repeats, min_time):
     """torch forward (out= where the op has an out variant) and autograd fwd+bwd."""
+    from ._spec import REGISTRY
+
     F = th.nn.functional
+    opname = REGISTRY[name].torch  # the spec's torch.nn.functional equivalent, if any
     if name in ("iglu",):
         pi = math.pi
 
         def fwd():
             return tx * (0.5 + th.atan(tx) / pi)  # the paper's reference expression
-    elif name in _TORCH_NATIVE and hasattr(F, _TORCH_NATIVE[name]):
-        fn = getattr(F, _TORCH_NATIVE[name])
-        opname = _TORCH_NATIVE[name]
+    elif opname and hasattr(F, opname):
+        fn = getattr(F, opname)
         aten = getattr(th.ops.aten, opname, None)
         outv = getattr(aten, "out", None) if aten is not None else None
         if outv is not None:
@@ -279,8 +272,6 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
         else:
             def fwd():
                 return fn(tx)
-        if name == "identity":
-            return None, None
     else:
         return None, None
     with th.no_grad():
@@ -292,8 +283,6 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
             y.backward(tg)
             xr.grad = None
     else:
-        fn = getattr(F, _TORCH_NATIVE[name])
-
         def fb():
             y = fn(xr)
             y.backward(tg)

@@ -92,3 +92,27 @@ def test_cache_dir_probe_survives_concurrent_starts(tmp_path, monkeypatch):
         cpu._state.pop("dir", None)
         if saved is not None:
             cpu._state["dir"] = saved
+
+
+def test_torch_equivalents_agree_at_default_parameters():
+    """``define(torch=...)`` names the torch.nn.functional function ``iglu-np bench``
+    times beside ours: it must compute the same activation at the default parameters."""
+    import numpy as np
+
+    named = {n: a.spec.torch for n, a in iglu_np.ACTIVATIONS.items() if a.spec.torch}
+    assert {"relu", "gelu", "silu", "softplus"} <= set(named)
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = np.linspace(-8, 8, 1001)
+    for name, op in named.items():
+        assert hasattr(F, op), f"{name}: torch.nn.functional.{op} does not exist"
+        want = getattr(F, op)(torch.tensor(x, dtype=torch.float64)).numpy()
+        np.testing.assert_allclose(iglu_np.get(name)(x), want, rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+def test_define_rejects_unknown_keywords():
+    from iglu_np._spec import define
+
+    with pytest.raises(TypeError, match="sumary"):
+        define("not_registered", sumary="typo", formula="", f=abs, dx=abs, ref=abs, ref_dx=abs)
+    assert "not_registered" not in iglu_np.ACTIVATIONS

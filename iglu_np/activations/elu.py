@@ -227,6 +227,7 @@ _KINK_NOTE = (
 
 define(
     "elu",
+    torch="elu",
     monotonic=True,
     summary="Exponential Linear Unit.",
     formula=r"\mathrm{ELU}(x;\alpha) = \begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases}",
@@ -257,6 +258,7 @@ define(
 
 define(
     "celu",
+    torch="celu",
     monotonic=True,
     summary="Continuously differentiable ELU: ELU with the input scaled by 1/alpha.",
     formula=(
@@ -294,6 +296,7 @@ define(
 
 define(
     "selu",
+    torch="selu",
     monotonic=True,
     summary="Scaled ELU, the self-normalising activation.",
     formula=(

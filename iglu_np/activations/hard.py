@@ -79,6 +79,7 @@ _MAX = Param(
 
 define(
     "hardtanh",
+    torch="hardtanh",
     monotonic=True,
     summary="Hard tanh: the input clamped to [min_val, max_val].",
     formula=r"f(x;a,b) = \min(\max(x, a), b)",
@@ -139,6 +140,7 @@ def hardsigmoid_dx(x):
 
 define(
     "hardsigmoid",
+    torch="hardsigmoid",
     monotonic=True,
     summary="Hard sigmoid: relu6(x + 3)/6, a piecewise-linear logistic.",
     formula=r"f(x) = \frac{\min(\max(x + 3, 0), 6)}{6}",
@@ -186,6 +188,7 @@ def hardswish_dx(x):
 
 define(
     "hardswish",
+    torch="hardswish",
     summary="Hard swish: x * relu6(x + 3)/6 (MobileNetV3).",
     formula=r"f(x) = x\,\frac{\min(\max(x + 3, 0), 6)}{6}",
     derivative_formula=(

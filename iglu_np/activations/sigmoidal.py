@@ -324,6 +324,7 @@ def _xsilu_dx_scale(mp, x, a):
 # --------------------------------------------------------------------------- specs
 define(
     "sigmoid",
+    torch="sigmoid",
     monotonic=True,
     summary="Logistic sigmoid.",
     formula=r"\sigma(x) = \frac{1}{1 + e^{-x}}",
@@ -347,6 +348,7 @@ define(
 
 define(
     "tanh",
+    torch="tanh",
     monotonic=True,
     summary="Hyperbolic tangent.",
     formula=r"\tanh(x) = \frac{e^{x} - e^{-x}}{e^{x} + e^{-x}}",
@@ -365,6 +367,7 @@ define(
 
 define(
     "silu",
+    torch="silu",
     summary="SiLU / Swish-1: the input gated by the logistic sigmoid.",
     formula=r"\mathrm{SiLU}(x) = x\,\sigma(x)",
     derivative_formula=r"\mathrm{SiLU}'(x) = \sigma(x)\,\bigl(1 + x(1 - \sigma(x))\bigr)",
@@ -391,6 +394,7 @@ define(
 
 define(
     "tanhshrink",
+    torch="tanhshrink",
     monotonic=True,
     summary="Tanhshrink: the input minus its tanh.",
     formula=r"\mathrm{Tanhshrink}(x) = x - \tanh(x)",
@@ -415,6 +419,7 @@ define(
 
 define(
     "mish",
+    torch="mish",
     summary="Mish: the input gated by tanh(softplus(x)).",
     formula=r"\mathrm{Mish}(x) = x\tanh(\mathrm{softplus}(x)) = x\,\frac{e^{2x} + 2e^{x}}{e^{2x} + 2e^{x} + 2}",
     derivative_formula=(

@@ -118,6 +118,7 @@ def _ref_softplus_dt(mp, x, b, t):
 
 define(
     "softplus",
+    torch="softplus",
     summary="Softplus, a smooth ReLU; PyTorch's beta/threshold semantics.",
     formula=(
         r"\mathrm{Softplus}(x;\beta,\tau) = \begin{cases} x & \beta x > \tau\\"
