@@ -48,7 +48,10 @@ class Param:
 
     ``lo``/``hi`` bound the domain; ``lo_open``/``hi_open`` make the bound strict.
     ``test_values`` are the values the accuracy tests sweep besides the default (domain
-    edges, the paper's grid, a few random values).
+    edges, the paper's grid, a few random values). ``above`` names another parameter this
+    one must exceed (xIELU's alpha_n > beta; the spec's ``check`` enforces it): trainable
+    layers (:func:`iglu_np.nn.layers.param_transform`) then learn it as that parameter
+    plus the softplus of a raw value.
     """
 
     name: str
@@ -59,6 +62,7 @@ class Param:
     lo_open: bool = False
     hi_open: bool = False
     test_values: tuple = ()
+    above: str = ""
 
     @property
     def domain(self) -> str:
@@ -114,6 +118,7 @@ class ActivationSpec:
     example: str = ""
     monotonic: bool = False
     torch: str = ""
+    paper_table: bool = False
 
     @property
     def param_names(self) -> tuple:
@@ -164,6 +169,7 @@ def define(
     example: str = "",
     monotonic: bool = False,
     torch: str = "",
+    paper_table: bool = False,
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -182,6 +188,8 @@ def define(
     at its default parameters (``iglu-np bench`` times it side by side), or is empty.
     The spec's module (where backends look for module-level data such as its C++) is
     ``f.__module__``: define ``f`` in the module that calls ``define``.
+    ``paper_table=True`` marks the activations of the IGLU paper's comparison table (the
+    set the SIMD test and ``examples/bench_vectorisation.py`` cover).
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -218,6 +226,7 @@ def define(
         example=example,
         monotonic=bool(monotonic),
         torch=torch,
+        paper_table=bool(paper_table),
     )
     _REGISTRY[name] = spec
     return spec

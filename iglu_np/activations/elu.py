@@ -227,6 +227,7 @@ _KINK_NOTE = (
 
 define(
     "elu",
+    paper_table=True,
     torch="elu",
     monotonic=True,
     summary="Exponential Linear Unit.",
@@ -258,6 +259,7 @@ define(
 
 define(
     "celu",
+    paper_table=True,
     torch="celu",
     monotonic=True,
     summary="Continuously differentiable ELU: ELU with the input scaled by 1/alpha.",
@@ -296,6 +298,7 @@ define(
 
 define(
     "selu",
+    paper_table=True,
     torch="selu",
     monotonic=True,
     summary="Scaled ELU, the self-normalising activation.",

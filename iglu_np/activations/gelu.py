@@ -680,6 +680,7 @@ _TAIL_NOTE = (
 
 define(
     "gelu",
+    paper_table=True,
     torch="gelu",
     summary="Gaussian Error Linear Unit (exact): the input weighted by the normal CDF.",
     formula=r"\mathrm{GELU}(x) = x\,\Phi(x) = \frac{x}{2}\,\mathrm{erfc}\!\left(-\frac{x}{\sqrt{2}}\right)",
@@ -745,6 +746,7 @@ define(
 
 define(
     "gelu_tanh",
+    paper_table=True,
     summary="GELU with PyTorch's tanh approximation of the gate (approximate='tanh').",
     formula=(
         r"f(x) = \frac{x}{2}\left(1 + \tanh u\right) = x\,\sigma(2u),\quad "

@@ -188,6 +188,7 @@ def hardswish_dx(x):
 
 define(
     "hardswish",
+    paper_table=True,
     torch="hardswish",
     summary="Hard swish: x * relu6(x + 3)/6 (MobileNetV3).",
     formula=r"f(x) = x\,\frac{\min(\max(x + 3, 0), 6)}{6}",

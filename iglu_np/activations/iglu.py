@@ -308,6 +308,7 @@ define(
 
 define(
     "iglu",
+    paper_table=True,
     summary="Integrated Gaussian Linear Unit: the input gated by a Cauchy CDF.",
     formula=r"\mathrm{IGLU}(x;\sigma) = x\left(\frac{1}{2} + \frac{1}{\pi}\arctan(\sigma x)\right)",
     derivative_formula=(
@@ -357,6 +358,7 @@ define(
 
 define(
     "iglu_approx",
+    paper_table=True,
     summary="IGLU-Approx: IGLU with the rational gate, no transcendental functions.",
     formula=r"f(x;\sigma) = x\,\frac{1 + 2\max(0,\sigma x)}{2(1+|\sigma x|)}",
     derivative_formula=(

@@ -122,6 +122,7 @@ define(
 
 define(
     "relu",
+    paper_table=True,
     torch="relu",
     monotonic=True,
     summary="Rectified linear unit.",

@@ -324,6 +324,7 @@ def _xsilu_dx_scale(mp, x, a):
 # --------------------------------------------------------------------------- specs
 define(
     "sigmoid",
+    paper_table=True,
     torch="sigmoid",
     monotonic=True,
     summary="Logistic sigmoid.",
@@ -348,6 +349,7 @@ define(
 
 define(
     "tanh",
+    paper_table=True,
     torch="tanh",
     monotonic=True,
     summary="Hyperbolic tangent.",
@@ -367,6 +369,7 @@ define(
 
 define(
     "silu",
+    paper_table=True,
     torch="silu",
     summary="SiLU / Swish-1: the input gated by the logistic sigmoid.",
     formula=r"\mathrm{SiLU}(x) = x\,\sigma(x)",
@@ -419,6 +422,7 @@ define(
 
 define(
     "mish",
+    paper_table=True,
     torch="mish",
     summary="Mish: the input gated by tanh(softplus(x)).",
     formula=r"\mathrm{Mish}(x) = x\tanh(\mathrm{softplus}(x)) = x\,\frac{e^{2x} + 2e^{x}}{e^{2x} + 2e^{x} + 2}",

@@ -118,6 +118,7 @@ def _ref_softplus_dt(mp, x, b, t):
 
 define(
     "softplus",
+    paper_table=True,
     torch="softplus",
     summary="Softplus, a smooth ReLU; PyTorch's beta/threshold semantics.",
     formula=(

@@ -265,6 +265,7 @@ _AN = Param(
     "paper's init 0.8). Must exceed beta.",
     lo=0.0,
     lo_open=True,
+    above="beta",
     test_values=(0.55, 1.0, 3.0, 10.0, 0.93),
 )
 _BETA = Param(

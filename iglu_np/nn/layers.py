@@ -162,16 +162,18 @@ def param_transform(act, pname: str):
     """(forward, inverse) maps between a raw unconstrained value and parameter ``pname``.
 
     ``forward(raw_tensor, values) -> Tensor`` and ``inverse(value, values) -> raw array``,
-    where ``values`` holds the other parameters' current values (xIELU's alpha_n needs beta).
+    where ``values`` holds the other parameters' current values (a parameter declared
+    ``Param(above=other)`` needs ``other``'s).
     """
-    if act.name == "xielu" and pname == "alpha_n" and "beta" in act.param_names:
-        # Huang & Schlag 2024: alpha_n = beta + softplus(a_n) keeps the negative branch
-        # gradient-friendly (alpha_n > beta).
-        return (
-            lambda raw, vals: _above(_as_tensor(vals["beta"], raw), raw),
-            lambda v, vals: _inv_softplus(np.asarray(v) - _host_val(vals["beta"])),
-        )
     p = act.spec.param(pname)
+    if p.above and p.above in act.param_names:
+        # e.g. xIELU (Huang & Schlag 2024): alpha_n = beta + softplus(a_n) keeps the
+        # negative branch gradient-friendly (alpha_n > beta).
+        other = p.above
+        return (
+            lambda raw, vals: _above(_as_tensor(vals[other], raw), raw),
+            lambda v, vals: _inv_softplus(np.asarray(v) - _host_val(vals[other])),
+        )
     lo, hi = p.lo, p.hi
     if math.isfinite(lo) and math.isfinite(hi):
         return (
