@@ -39,7 +39,7 @@ NAMES = sorted(REGISTRY)
 
 def _spec_with_cxx(name):
     spec = REGISTRY[name]
-    assert cxx.has_cxx(spec), f"{name}: no C++ (cxx= empty in {spec.module})"
+    assert cxx.has_cxx(spec), f"{name}: its kernels do not translate to C++ ({spec.module}; cxx.spec_cxx names the line)"
     return spec
 
 
