@@ -28,9 +28,9 @@ PAPER = [n for n, a in iglu_np.ACTIVATIONS.items() if a.spec.paper_table]
 KNOWN_SCALAR: set = set()
 
 
-
 def test_the_paper_table_is_declared():
     assert {"iglu", "iglu_approx", "gelu", "relu"} <= set(PAPER) and len(PAPER) >= 10
+
 
 def _check(name, kind, dtype):
     r = x86_asm.simd_report(name, kind, dtype)
