@@ -117,7 +117,7 @@ class ActivationSpec:
     tolerances: Mapping = field(default_factory=dict)
     example: str = ""
     monotonic: bool = False
-    torch: str = ""
+    torch: str | Callable = ""
     paper_table: bool = False
 
     @property
@@ -168,7 +168,7 @@ def define(
     tolerances: Mapping | None = None,
     example: str = "",
     monotonic: bool = False,
-    torch: str = "",
+    torch: str | Callable = "",
     paper_table: bool = False,
 ) -> ActivationSpec:
     """Declare and register an activation.
@@ -185,7 +185,8 @@ def define(
     numbers or as callables ``(params dict) -> x``. ``monotonic=True`` declares ``f``
     non-decreasing in x at the default parameters (a hypothesis property test checks it).
     ``torch`` names the ``torch.nn.functional`` function that computes the same activation
-    at its default parameters (``iglu-np bench`` times it side by side), or is empty.
+    at its default parameters (``iglu-np bench`` times it side by side), or is a callable
+    ``(torch, x) -> tensor`` computing it with torch operations, or is empty.
     The spec's module (where backends look for module-level data such as its C++) is
     ``f.__module__``: define ``f`` in the module that calls ``define``.
     ``paper_table=True`` marks the activations of the IGLU paper's comparison table (the

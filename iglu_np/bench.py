@@ -18,7 +18,6 @@ takes several minutes; ``--quick`` about 20 s. In Python, :func:`run` returns th
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import sys
@@ -251,15 +250,16 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
     from ._spec import REGISTRY
 
     F = th.nn.functional
-    opname = REGISTRY[name].torch  # the spec's torch.nn.functional equivalent, if any
-    if name in ("iglu",):
-        pi = math.pi
+    op = REGISTRY[name].torch  # the spec's torch equivalent: a torch.nn.functional name,
+    if callable(op):  # or an expression in torch operations
+        def fn(t):
+            return op(th, t)
 
         def fwd():
-            return tx * (0.5 + th.atan(tx) / pi)  # the paper's reference expression
-    elif opname and hasattr(F, opname):
-        fn = getattr(F, opname)
-        aten = getattr(th.ops.aten, opname, None)
+            return op(th, tx)
+    elif op and hasattr(F, op):
+        fn = getattr(F, op)
+        aten = getattr(th.ops.aten, op, None)
         outv = getattr(aten, "out", None) if aten is not None else None
         if outv is not None:
             def fwd():
@@ -277,16 +277,11 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
     with th.no_grad():
         tf = _median_time(fwd, repeats, min_time)
     xr = tx.clone().requires_grad_(True)
-    if name == "iglu":
-        def fb():
-            y = xr * (0.5 + th.atan(xr) / math.pi)
-            y.backward(tg)
-            xr.grad = None
-    else:
-        def fb():
-            y = fn(xr)
-            y.backward(tg)
-            xr.grad = None
+
+    def fb():
+        y = fn(xr)
+        y.backward(tg)
+        xr.grad = None
     tb = _median_time(fb, repeats, min_time)
     return tf, tb
 

@@ -95,18 +95,23 @@ def test_cache_dir_probe_survives_concurrent_starts(tmp_path, monkeypatch):
 
 
 def test_torch_equivalents_agree_at_default_parameters():
-    """``define(torch=...)`` names the torch.nn.functional function ``iglu-np bench``
-    times beside ours: it must compute the same activation at the default parameters."""
+    """``define(torch=...)`` names the torch.nn.functional function (or gives the torch
+    expression) ``iglu-np bench`` times beside ours: it must compute the same activation
+    at the default parameters."""
     import numpy as np
 
     named = {n: a.spec.torch for n, a in iglu_np.ACTIVATIONS.items() if a.spec.torch}
-    assert {"relu", "gelu", "silu", "softplus"} <= set(named)
+    assert {"relu", "gelu", "silu", "softplus", "iglu"} <= set(named)
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     x = np.linspace(-8, 8, 1001)
     for name, op in named.items():
-        assert hasattr(F, op), f"{name}: torch.nn.functional.{op} does not exist"
-        want = getattr(F, op)(torch.tensor(x, dtype=torch.float64)).numpy()
+        if callable(op):
+            fn = lambda t, op=op: op(torch, t)  # noqa: E731
+        else:
+            assert hasattr(F, op), f"{name}: torch.nn.functional.{op} does not exist"
+            fn = getattr(F, op)
+        want = fn(torch.tensor(x, dtype=torch.float64)).numpy()
         np.testing.assert_allclose(iglu_np.get(name)(x), want, rtol=1e-12, atol=1e-15, err_msg=name)
 
 

@@ -306,9 +306,15 @@ define(
     example=">>> iglu_np.z_gate(np.array([-1.0, 0.0, 1.0])).round(6)\narray([0.25, 0.5 , 0.75])",
 )
 
+def _torch_iglu(th, x):
+    """The paper's reference expression in torch (``iglu-np bench`` times it)."""
+    return x * (0.5 + th.atan(x) / math.pi)
+
+
 define(
     "iglu",
     paper_table=True,
+    torch=_torch_iglu,
     summary="Integrated Gaussian Linear Unit: the input gated by a Cauchy CDF.",
     formula=r"\mathrm{IGLU}(x;\sigma) = x\left(\frac{1}{2} + \frac{1}{\pi}\arctan(\sigma x)\right)",
     derivative_formula=(
