@@ -118,6 +118,7 @@ class ActivationSpec:
     example: str = ""
     monotonic: bool = False
     torch: str | Callable = ""
+    jax: str = ""
     paper_table: bool = False
 
     @property
@@ -169,6 +170,7 @@ def define(
     example: str = "",
     monotonic: bool = False,
     torch: str | Callable = "",
+    jax: str = "",
     paper_table: bool = False,
 ) -> ActivationSpec:
     """Declare and register an activation.
@@ -186,7 +188,9 @@ def define(
     non-decreasing in x at the default parameters (a hypothesis property test checks it).
     ``torch`` names the ``torch.nn.functional`` function that computes the same activation
     at its default parameters (``iglu-np bench`` times it side by side), or is a callable
-    ``(torch, x) -> tensor`` computing it with torch operations, or is empty.
+    ``(torch, x) -> tensor`` computing it with torch operations, or is empty. ``jax``
+    likewise names the ``jax.nn`` (else ``jax.numpy``) function that
+    ``iglu-np bench --device gpu`` times.
     The spec's module (where backends look for module-level data such as its C++) is
     ``f.__module__``: define ``f`` in the module that calls ``define``.
     ``paper_table=True`` marks the activations of the IGLU paper's comparison table (the
@@ -227,6 +231,7 @@ def define(
         example=example,
         monotonic=bool(monotonic),
         torch=torch,
+        jax=jax,
         paper_table=bool(paper_table),
     )
     _REGISTRY[name] = spec

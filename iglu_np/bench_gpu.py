@@ -25,18 +25,6 @@ import numpy as np
 SIZE = 2**26
 SMALL = 1024
 
-# iglu_np name -> torch.nn.functional / jax.nn name (same function and conventions)
-NATIVE = {
-    "relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "sigmoid": "sigmoid",
-    "elu": "elu", "softplus": "softplus", "mish": "mish", "hardtanh": "hardtanh",
-    "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "leaky_relu": "leaky_relu",
-    "selu": "selu", "celu": "celu", "softsign": "softsign", "tanhshrink": "tanhshrink",
-}
-_JAX = {"relu": "relu", "gelu": "gelu", "silu": "silu", "sigmoid": "sigmoid", "elu": "elu",
-        "softplus": "softplus", "hardtanh": "hard_tanh", "hardswish": "hard_swish",
-        "hardsigmoid": "hard_sigmoid", "leaky_relu": "leaky_relu", "selu": "selu",
-        "celu": "celu", "softsign": "soft_sign", "tanh": "tanh", "mish": "mish"}
-
 
 def _cupy():
     try:
@@ -141,11 +129,13 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
                 row["numba_fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="numba_cuda"), repeats) * 1e3
                 row["numba_bwd_ms"] = event_time(
                     cupy, lambda: act.backward(x, g, out=o, backend="numba_cuda"), repeats) * 1e3
-            if torch is not None and name in NATIVE:
-                f = getattr(torch.nn.functional, NATIVE[name], None) or getattr(torch, NATIVE[name])
+            # the spec's torch.nn.functional / jax.nn names (same function and conventions)
+            tname, jname = act.spec.torch, act.spec.jax
+            if torch is not None and isinstance(tname, str) and tname:
+                f = getattr(torch.nn.functional, tname, None) or getattr(torch, tname)
                 row["torch_fwd_ms"] = event_time(cupy, lambda: f(tx), repeats) * 1e3
-            if jax is not None and name in _JAX:
-                jf = jax.jit(getattr(jax.nn, _JAX[name], None) or getattr(jax.numpy, _JAX[name]))
+            if jax is not None and jname:
+                jf = jax.jit(getattr(jax.nn, jname, None) or getattr(jax.numpy, jname))
                 jx = jax.dlpack.from_dlpack(x)
                 row["jax_fwd_ms"] = event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
             data["rows"].append(row)

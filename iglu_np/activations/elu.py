@@ -229,6 +229,7 @@ define(
     "elu",
     paper_table=True,
     torch="elu",
+    jax="elu",
     monotonic=True,
     summary="Exponential Linear Unit.",
     formula=r"\mathrm{ELU}(x;\alpha) = \begin{cases} x & x > 0\\ \alpha\,(e^{x} - 1) & x \le 0\end{cases}",
@@ -261,6 +262,7 @@ define(
     "celu",
     paper_table=True,
     torch="celu",
+    jax="celu",
     monotonic=True,
     summary="Continuously differentiable ELU: ELU with the input scaled by 1/alpha.",
     formula=(
@@ -300,6 +302,7 @@ define(
     "selu",
     paper_table=True,
     torch="selu",
+    jax="selu",
     monotonic=True,
     summary="Scaled ELU, the self-normalising activation.",
     formula=(

@@ -682,6 +682,7 @@ define(
     "gelu",
     paper_table=True,
     torch="gelu",
+    jax="gelu",
     summary="Gaussian Error Linear Unit (exact): the input weighted by the normal CDF.",
     formula=r"\mathrm{GELU}(x) = x\,\Phi(x) = \frac{x}{2}\,\mathrm{erfc}\!\left(-\frac{x}{\sqrt{2}}\right)",
     derivative_formula=r"\frac{d}{dx}\mathrm{GELU}(x) = \Phi(x) + x\,\varphi(x),\quad"

@@ -80,6 +80,7 @@ _MAX = Param(
 define(
     "hardtanh",
     torch="hardtanh",
+    jax="hard_tanh",
     monotonic=True,
     summary="Hard tanh: the input clamped to [min_val, max_val].",
     formula=r"f(x;a,b) = \min(\max(x, a), b)",
@@ -141,6 +142,7 @@ def hardsigmoid_dx(x):
 define(
     "hardsigmoid",
     torch="hardsigmoid",
+    jax="hard_sigmoid",
     monotonic=True,
     summary="Hard sigmoid: relu6(x + 3)/6, a piecewise-linear logistic.",
     formula=r"f(x) = \frac{\min(\max(x + 3, 0), 6)}{6}",
@@ -190,6 +192,7 @@ define(
     "hardswish",
     paper_table=True,
     torch="hardswish",
+    jax="hard_swish",
     summary="Hard swish: x * relu6(x + 3)/6 (MobileNetV3).",
     formula=r"f(x) = x\,\frac{\min(\max(x + 3, 0), 6)}{6}",
     derivative_formula=(

@@ -28,6 +28,7 @@ def softsign_dx(x):
 define(
     "softsign",
     torch="softsign",
+    jax="soft_sign",
     monotonic=True,
     summary="Softsign: x/(1 + |x|), a rational sigmoid-shaped squashing function.",
     formula=r"f(x) = \frac{x}{1 + |x|}",

@@ -124,6 +124,7 @@ define(
     "relu",
     paper_table=True,
     torch="relu",
+    jax="relu",
     monotonic=True,
     summary="Rectified linear unit.",
     formula=r"\mathrm{ReLU}(x) = \max(0, x)",
@@ -176,6 +177,7 @@ _SLOPE = Param(
 define(
     "leaky_relu",
     torch="leaky_relu",
+    jax="leaky_relu",
     monotonic=True,
     summary="Leaky ReLU: a small fixed slope for negative inputs.",
     formula=r"f(x;a) = \begin{cases} x & x > 0\\ a x & x \le 0\end{cases}",

@@ -120,6 +120,7 @@ define(
     "softplus",
     paper_table=True,
     torch="softplus",
+    jax="softplus",
     summary="Softplus, a smooth ReLU; PyTorch's beta/threshold semantics.",
     formula=(
         r"\mathrm{Softplus}(x;\beta,\tau) = \begin{cases} x & \beta x > \tau\\"
