@@ -320,10 +320,10 @@ def __getattr__(attr):
     # ``iglu_np_<activation>_<kind>`` here lets dask.distributed / multiprocessing workers
     # rebuild raw ufuncs (compiled there or loaded from Numba's cache).
     if attr.startswith("iglu_np_"):
-        from .._api import _acts
+        from .. import activations  # noqa: F401  (registers every spec)
 
         rest = attr[len("iglu_np_"):]
-        for name in _acts():
+        for name in REGISTRY:
             kind = rest[len(name) + 1:]
             if rest.startswith(name + "_") and kind in kernel_kinds(REGISTRY[name]):
                 return get_ufunc(name, kind)

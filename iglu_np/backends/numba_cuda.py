@@ -37,6 +37,10 @@ import threading
 
 import numpy as np
 
+from .._dtypes import all_half as _all_half
+from .._dtypes import compute_dtype as _compute_dtype
+from .._dtypes import f32_range_error as _f32_range_error
+from .._dtypes import widened
 from .._math import BIG, BIG64
 from .._spec import REGISTRY
 from . import cuda_toolchain
@@ -422,8 +426,6 @@ def backward_all(act, data, params, out):
     """grad_x and every scalar parameter's gradient in one pass over x and grad_out (same
     shape, any strides), or None (array parameters, broadcasting, an out= that overlaps:
     two passes then)."""
-    from .._api import _compute_dtype, widened
-
     if not act.param_names or len(data) != 2 or not all(handles(d) for d in data):
         return None
     if any(handles(v) or np.ndim(v) != 0 for v in params.values()):
@@ -690,8 +692,6 @@ _DATA_NAMES = ("x", "grad_out")
 
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
-    from .._api import _all_half, _compute_dtype, _f32_range_error
-
     cuda = _cuda()
     name = act.name
     for nm, d in zip(_DATA_NAMES, data):
