@@ -14,84 +14,19 @@ from types import MappingProxyType
 import numpy as np
 
 from . import backends
+from ._dtypes import F16 as _F16
+from ._dtypes import F32 as _F32
+from ._dtypes import F64 as _F64
+from ._dtypes import all_half as _all_half
+from ._dtypes import beyond_f32 as _beyond_f32
+from ._dtypes import dtype_of as _dtype_of
+from ._dtypes import unbroadcast as _unbroadcast
+from ._dtypes import widened
 from ._spec import REGISTRY
 
 __all__ = ["Activation", "get"]
 
-_F16 = np.dtype(np.float16)
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
-_COMPUTE = {_F16: _F32, _F32: _F32, _F64: _F64}
-
-
-def _compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
-    if dt.byteorder not in "=|":  # a byte-swapped float32 is float32 (numpy casts it)
-        dt = dt.newbyteorder("=")
-    c = _COMPUTE.get(dt)
-    if c is not None:
-        return c
-    if dt.kind in "biu":
-        return _F64
-    raise TypeError(
-        f"{name}: unsupported dtype {dt} for {what}; expected a real floating "
-        "(float16/32/64), integer or boolean array"
-    )
-
-
-def _dtype_of(name, what, v):
-    dt = getattr(v, "dtype", None)
-    if not isinstance(dt, np.dtype):
-        if isinstance(v, (float, int)):  # Python scalars (bool is an int)
-            return _F64
-        dt = np.asarray(v).dtype
-    return _compute_dtype(name, what, dt)
-
-
-def _all_half(data) -> bool:
-    """True when the float16 rule applies: some input is float16 and none is wider."""
-    half = False
-    for d in data:
-        dt = getattr(d, "dtype", None)
-        if dt == _F16:
-            half = True
-        elif dt is not None and dt.kind == "f":
-            return False
-    return half
-
-
-_F32_MAX = float(np.finfo(np.float32).max)
-_F32_TINY = float(np.finfo(np.float32).tiny)
-
-
-def _beyond_f32(vals) -> int | None:
-    """The first parameter value that float32 cannot hold (|v| > max, or a nonzero |v|
-    below the smallest normal, where it would round to inf, 0 or a subnormal); its
-    index, or None. On the CPU such parameters compute in float64 (then cast back)."""
-    for i, v in enumerate(vals):
-        if type(v) is float or type(v) is int:
-            a = abs(v)
-            if a > _F32_MAX or (a != 0 and a < _F32_TINY):
-                return i
-            continue
-        a = np.abs(np.asarray(v, dtype=np.float64))
-        if a.size and ((a > _F32_MAX).any() or ((a != 0) & (a < _F32_TINY)).any()):
-            return i
-    return None
-
-
-def _f32_range_error(act, vals, backend: str) -> None:
-    """The Numba CUDA backend computes float32 in float32: refuse a parameter it cannot
-    hold (the CPU and CuPy compute such calls in float64, :func:`widened`)."""
-    i = _beyond_f32(vals)
-    if i is not None:
-        p = act.param_names[i]
-        raise ValueError(
-            f"{act.name}: parameter {p} has a value outside float32's range for a float32 "
-            f"input on the {backend} backend (|{p}| must be 0 or within "
-            f"[{_F32_TINY:.7g}, {_F32_MAX:.7g}]); pass float64 data, or compute on the CPU or "
-            "with CuPy, which promote such a parameter to float64"
-        )
 
 
 def _host_array(v):
@@ -113,15 +48,6 @@ def _pandas_kind(v):
         if c.__name__ == "DataFrame":
             return "frame"
     return None
-
-
-def widened(cdt, params) -> np.dtype:
-    """The dtype to compute in: ``cdt``, or float64 where ``cdt`` is float32 and a
-    parameter value lies outside float32's range (sigma=1e39 is valid and its results are
-    finite, but float32(1e39) is inf). The result is rounded to ``cdt`` once at the end."""
-    if cdt == _F32 and _beyond_f32(params) is not None:
-        return _F64
-    return cdt
 
 
 def _detect(data, act):
@@ -152,17 +78,6 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
     is safe then; any other overlap needs numpy's buffering)."""
     return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
             and a.strides == b.strides and a.shape == b.shape)
-
-
-def _unbroadcast(a: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape)."""
-    if a.shape == shape:
-        return a
-    nlead = a.ndim - len(shape)
-    axes = list(range(nlead))
-    axes += [nlead + i for i, n in enumerate(shape) if n == 1 and a.shape[nlead + i] != 1]
-    r = a.sum(axis=tuple(axes), keepdims=True) if axes else a
-    return r.reshape(shape)
 
 
 _FAST = None

@@ -1,20 +1,24 @@
 """Structural guard for the CPU fast path's speed: the element loops of the paper's table
 activations compile to packed SIMD code and call no libm function.
 
-Read from the assembly (:func:`iglu_np.backends.x86_asm.simd_report`), never timed. A
+Read from the assembly (``simd_report`` of ``tools/x86_asm.py``), never timed. A
 kernel edit that reintroduces a data-dependent branch LLVM will not if-convert, a loop
 left inside the element loop or a libm call makes these fail; run
 ``python tools/simd_report.py <name>`` to see which kind and dtype.
 """
 import math
 import platform
+import sys
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import x86_asm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import x86_asm  # noqa: E402  (tools/x86_asm.py: a development tool, not in the package)
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="inspects x86-64 assembly")
@@ -153,8 +157,7 @@ _CPU_PROBE = r"""
 import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np
-from test_vectorised import _atan_loop, _mul_loop, _stats_of
-from iglu_np.backends import x86_asm
+from test_vectorised import _atan_loop, _mul_loop, _stats_of, x86_asm
 print(json.dumps({{
     "atan": _stats_of(_atan_loop),
     "mul": _stats_of(_mul_loop, np.float32),

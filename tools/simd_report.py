@@ -3,7 +3,7 @@
     python tools/simd_report.py [names...] [--kinds fwd,bwd] [--dtypes float32,float64]
 
 Prints a Markdown table from the compiled assembly of each element loop
-(:func:`iglu_np.backends.x86_asm.simd_report`). Compiles every loop it reports on
+(:func:`x86_asm.simd_report`, tools/x86_asm.py). Compiles every loop it reports on
 (about a second each on an idle core).
 """
 from __future__ import annotations
@@ -17,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 import iglu_np
-from iglu_np.backends import cpu, x86_asm
+from iglu_np.backends import cpu
+
+import x86_asm  # tools/x86_asm.py (this script's folder is on sys.path)
 
 
 def main(argv=None) -> int:

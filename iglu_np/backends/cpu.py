@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._kinds import Kind, kinds
 from .._spec import REGISTRY
 from . import _rebind
 from ._rebind import Rebinder
@@ -46,18 +47,15 @@ _state: dict = {}
 
 
 def kernel_kinds(spec) -> list:
-    kinds = ["fwd", "dx", "bwd"]
-    for p in spec.param_names:
-        kinds += ["d_" + p, "bwd_" + p]
-    return kinds
+    return kinds(spec.param_names)
 
 
 def n_inputs(spec, kind: str) -> int:
-    return len(spec.params) + (2 if kind.startswith("bwd") else 1)
+    return len(spec.params) + Kind.parse(kind).n_data
 
 
 # The code generators every CPU kernel goes through (cpu_fast.py is added for the loops).
-_GENERATORS = ("_spec.py", "backends/_rebind.py", "backends/cpu.py")
+_GENERATORS = ("_spec.py", "_kinds.py", "backends/_rebind.py", "backends/cpu.py")
 
 
 def _overrides() -> dict:
@@ -320,10 +318,10 @@ def __getattr__(attr):
     # ``iglu_np_<activation>_<kind>`` here lets dask.distributed / multiprocessing workers
     # rebuild raw ufuncs (compiled there or loaded from Numba's cache).
     if attr.startswith("iglu_np_"):
-        from .._api import _acts
+        from .. import activations  # noqa: F401  (registers every spec)
 
         rest = attr[len("iglu_np_"):]
-        for name in _acts():
+        for name in REGISTRY:
             kind = rest[len(name) + 1:]
             if rest.startswith(name + "_") and kind in kernel_kinds(REGISTRY[name]):
                 return get_ufunc(name, kind)

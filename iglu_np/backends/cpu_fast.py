@@ -41,6 +41,7 @@ import numpy as np
 from numba import types as nbt
 from numba.extending import overload
 
+from .._kinds import Kind
 from .._spec import REGISTRY
 from . import cpu
 
@@ -178,7 +179,7 @@ def _source(spec) -> str:
     for kind, (ins, expr) in calls.items():
         # The element loop is one function (l_<kind>) that both the single-thread path
         # and every prange block call: one hot loop to vectorise and to inspect
-        # (iglu_np.backends.x86_asm.simd_report), compiled without the parfor machinery around it.
+        # (tools/x86_asm.py, simd_report), compiled without the parfor machinery around it.
         # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
         # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
         sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins.split(", ") + ["out"])
@@ -327,7 +328,7 @@ def plan(name: str, kind: str, dt: np.dtype):
         spec = REGISTRY[name]
         t = numba.from_dtype(dt)
         arr = nbt.Array(t, 1, "C")
-        ins = (arr, arr) if kind.startswith("bwd") else (arr,)
+        ins = (arr,) * Kind.parse(kind).n_data
         sig = (*ins, arr, nbt.intp, nbt.intp, *([t] * len(spec.param_names)))
         loop = getattr(_module(spec), "l_" + kind)
         loop.compile(sig)

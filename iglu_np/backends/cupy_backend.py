@@ -33,6 +33,9 @@ import threading
 
 import numpy as np
 
+from .._dtypes import all_half as _all_half
+from .._dtypes import compute_dtype as _compute_dtype
+from .._dtypes import widened
 from . import cxx
 
 __all__ = ["handles", "status", "run", "get_kernel", "get_vector_kernel", "vector_plan"]
@@ -190,8 +193,6 @@ def _is_device(v) -> bool:
 def _prepare(act, data, params):
     """CuPy operands, compute dtype, output dtype, parameter arguments (scalars or device
     arrays in the compute dtype, validated) and the broadcast shape."""
-    from .._api import _all_half, _compute_dtype, widened
-
     import cupy
 
     name = act.name

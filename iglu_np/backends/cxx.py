@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._kinds import Kind, kinds
+
 __all__ = [
     "HEADER",
     "KernelSource",
@@ -137,26 +139,23 @@ def preamble(spec) -> str:
 
 def kernel_kinds(spec) -> list:
     """Kinds with a CuPy kernel: fwd, dx, bwd and, per parameter, d_<p> and bwd_<p>."""
-    kinds = ["fwd", "dx", "bwd"]
-    for p in spec.param_names:
-        kinds += ["d_" + p, "bwd_" + p]
-    return kinds
+    return kinds(spec.param_names)
 
 
 def _cxx_function(spec, kind: str) -> str:
-    if kind in ("fwd",):
-        return f"{spec.name}_fwd"
-    if kind in ("dx", "bwd"):
-        return f"{spec.name}_dx"
-    p = kind.split("_", 1)[1]
-    if p not in spec.param_names:
+    try:
+        k = Kind.parse(kind)
+    except ValueError:
+        k = None
+    if k is None or (k.param is not None and k.param not in spec.param_names):
         raise KeyError(f"{spec.name}: no kernel kind {kind!r}")
-    return f"{spec.name}_d{p}"
+    # the C++ of spec_cxx: <name>_fwd, <name>_dx, <name>_d<p>
+    return f"{spec.name}_{'fwd' if k.op == 'fwd' else k.scalar}"
 
 
 def kernel_name(spec, kind: str) -> str:
     """``iglu_np_<name>_<fwd|dx|d<p>|bwd|bwd<p>>`` (C linkage, so one per kind)."""
-    return f"iglu_np_{spec.name}_{kind.replace('_', '')}"
+    return f"iglu_np_{spec.name}_{Kind.parse(kind).compact}"
 
 
 def kernel_source(spec, kind: str, compute) -> KernelSource:
@@ -170,10 +169,11 @@ def kernel_source(spec, kind: str, compute) -> KernelSource:
         raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
     fn = _cxx_function(spec, kind)
     pnames = tuple("p_" + p for p in spec.param_names)
-    data = ("x", "g") if kind.startswith("bwd") else ("x",)
+    times_grad = Kind.parse(kind).times_grad
+    data = ("x", "g") if times_grad else ("x",)
     in_params = ", ".join([f"X {d}" for d in data] + [f"{compute.name} {p}" for p in pnames])
     call = f"iglu_np::{fn}<{ctype}>(" + ", ".join([f"({ctype})x", *pnames]) + ")"
-    if kind.startswith("bwd"):
+    if times_grad:
         # Same order as the CPU kernel: g * (df/dx), rounded once more.
         call = f"({ctype})g * {call}"
     return KernelSource(
@@ -237,13 +237,14 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
         raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
     lanes = VECTOR_BYTES // ddt.itemsize
     fn = _cxx_function(spec, kind)
-    data = ("x", "g") if kind.startswith("bwd") else ("x",)
+    times_grad = Kind.parse(kind).times_grad
+    data = ("x", "g") if times_grad else ("x",)
     pnames = tuple("p_" + p for p in spec.param_names)
     name = vector_kernel_name(spec, kind, ddt)
 
     def value(ix):
         call = f"iglu_np::{fn}<{ctype}>(" + ", ".join([f"({ctype})x[{ix}]", *pnames]) + ")"
-        if kind.startswith("bwd"):
+        if times_grad:
             call = f"({ctype})g[{ix}] * {call}"
         return f"(D)({call})"
 

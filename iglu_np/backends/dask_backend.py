@@ -35,7 +35,11 @@ from dask.array.core import broadcast_shapes, handle_out
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .._api import _F16, _F32, _F64, _all_half, _dtype_of
+from .._dtypes import F16 as _F16
+from .._dtypes import F32 as _F32
+from .._dtypes import F64 as _F64
+from .._dtypes import all_half as _all_half
+from .._dtypes import dtype_of as _dtype_of
 
 __all__ = ["handles", "run", "status", "CHUNK_THREADS"]
 

@@ -37,6 +37,11 @@ import threading
 
 import numpy as np
 
+from .._dtypes import all_half as _all_half
+from .._dtypes import compute_dtype as _compute_dtype
+from .._dtypes import f32_range_error as _f32_range_error
+from .._dtypes import widened
+from .._kinds import Kind, kinds
 from .._math import BIG, BIG64
 from .._spec import REGISTRY
 from . import cuda_toolchain
@@ -276,10 +281,7 @@ def device_function(name: str, which: str):
 
 # --------------------------------------------------------------------------- kernel generation
 def _kinds(spec) -> list:
-    kinds = ["fwd", "dx", "bwd"]
-    for p in spec.param_names:
-        kinds += ["d_" + p, "bwd_" + p, "sum_" + p]
-    return kinds
+    return kinds(spec.param_names, sums=True)
 
 
 def _index(ndim):
@@ -297,7 +299,8 @@ def _index(ndim):
 def _source(spec, kind, arrays, ndim, scalar_sum):
     """Python source of the kernel; ``arrays[k]`` says whether parameter k is an array."""
     params = spec.param_names
-    two = kind.startswith(("bwd", "sum"))
+    kd = Kind.parse(kind)
+    two = kd.times_grad
     data = ["x", "g"] if two else ["x"]
     pn = [f"p{k}" for k in range(len(params))]
     idx, decomp = _index(ndim)
@@ -306,7 +309,7 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     val = f"_CT(g[{idx}]) * {call}" if two else call
     sig = ["n", *data, *pn]
     body = []
-    if kind.startswith("sum") and scalar_sum:
+    if kd.op == "sum" and scalar_sum:
         sig.append("acc")
         body = ["s = _ACC(0.0)", "while i < n:", *["    " + d for d in decomp],
                 f"    s += _ACC({val})", "    i += st",
@@ -314,7 +317,7 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
                 "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
                 "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
                 "    w //= 2", "if t == 0:", "    cuda.atomic.add(acc, 0, buf[0])"]
-    elif kind.startswith("sum"):
+    elif kd.op == "sum":
         sig.append("acc")
         aidx = idx if ndim == 1 else f"({idx})"
         body = ["while i < n:", *["    " + d for d in decomp],
@@ -343,7 +346,7 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
         sig.append("out")
         body = ["while i < n:", *["    " + d for d in decomp], f"    out[{idx}] = {val}",
                 "    i += st"]
-    fname = f"iglu_np_{spec.name}_{kind.replace('_', '')}"
+    fname = f"iglu_np_{spec.name}_{kd.compact}"
     lines = [f"def {fname}({', '.join(sig)}):", "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"]
     lines += ["    " + b for b in body]
     return fname, "\n".join(lines) + "\n"
@@ -422,8 +425,6 @@ def backward_all(act, data, params, out):
     """grad_x and every scalar parameter's gradient in one pass over x and grad_out (same
     shape, any strides), or None (array parameters, broadcasting, an out= that overlaps:
     two passes then)."""
-    from .._api import _compute_dtype, widened
-
     if not act.param_names or len(data) != 2 or not all(handles(d) for d in data):
         return None
     if any(handles(v) or np.ndim(v) != 0 for v in params.values()):
@@ -468,11 +469,7 @@ def backward_all(act, data, params, out):
 
 
 def _which(kind):
-    if kind in ("fwd",):
-        return "f"
-    if kind in ("dx", "bwd"):
-        return "dx"
-    return "d" + kind.split("_", 1)[1]
+    return Kind.parse(kind).scalar
 
 
 def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
@@ -490,8 +487,9 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
     if compute not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"compute dtype must be float32 or float64, got {compute}")
     arrays = tuple(bool(a) for a in (arrays or (False,) * len(spec.params)))
-    if kind.startswith("sum"):
-        k = spec.param_names.index(kind[4:])
+    kd = Kind.parse(kind)
+    if kd.op == "sum":
+        k = spec.param_names.index(kd.param)
         scalar_sum = (not arrays[k]) if scalar_sum is None else bool(scalar_sum)
     else:
         scalar_sum = False
@@ -541,11 +539,12 @@ def signature(name, kind, dtype, arrays=None, ndim=1, data_dtype=None, scalar_su
     dt = from_dtype(ddt)
     lay = "C" if ndim == 1 else "A"
     args = [types.int64, types.Array(dt, ndim, lay)]
-    if kind.startswith(("bwd", "sum")):
+    kd = Kind.parse(kind)
+    if kd.times_grad:
         args.append(types.Array(dt, ndim, lay))
     args += [types.Array(ct, ndim, "A") if a else ct for a in arrays]
-    if kind.startswith("sum"):
-        k = spec.param_names.index(kind[4:])
+    if kd.op == "sum":
+        k = spec.param_names.index(kd.param)
         ss = (not arrays[k]) if scalar_sum is None else scalar_sum
         args.append(types.Array(types.float64, 1, "C") if ss else types.Array(types.float64, ndim, "A"))
     else:
@@ -685,8 +684,6 @@ _DATA_NAMES = ("x", "grad_out")
 
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
-    from .._api import _all_half, _compute_dtype, _f32_range_error
-
     cuda = _cuda()
     name = act.name
     for nm, d in zip(_DATA_NAMES, data):

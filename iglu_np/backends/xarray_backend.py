@@ -18,7 +18,7 @@ import functools
 import numpy as np
 import xarray as xr
 
-from .._api import _unbroadcast
+from .._dtypes import unbroadcast as _unbroadcast
 
 __all__ = ["handles", "run", "status"]
 

@@ -1,0 +1,118 @@
+"""The dtype and promotion rules every backend applies (one home for them).
+
+* A float16 / float32 input computes in float32, float64 in float64; integers and
+  booleans compute in float64 (:func:`compute_dtype`); inputs promote together as numpy's
+  ``promote_types`` says.
+* When some input is float16 and none is a wider float, the result is returned as
+  float16 (:func:`all_half`).
+* A float32 computation whose parameter float32 cannot hold computes in float64 and
+  rounds once at the end (:func:`widened`); backends that cannot do that refuse the call
+  (:func:`f32_range_error`).
+
+This module imports numpy only: :mod:`iglu_np._api` and every backend import it, and it
+imports neither.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["F16", "F32", "F64", "compute_dtype", "dtype_of", "all_half", "beyond_f32",
+           "widened", "f32_range_error", "unbroadcast"]
+
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+_COMPUTE = {F16: F32, F32: F32, F64: F64}
+
+
+def compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
+    """The dtype that input ``what`` of activation ``name`` (of dtype ``dt``) computes in;
+    TypeError, naming both, for a dtype that is not real."""
+    if dt.byteorder not in "=|":  # a byte-swapped float32 is float32 (numpy casts it)
+        dt = dt.newbyteorder("=")
+    c = _COMPUTE.get(dt)
+    if c is not None:
+        return c
+    if dt.kind in "biu":
+        return F64
+    raise TypeError(
+        f"{name}: unsupported dtype {dt} for {what}; expected a real floating "
+        "(float16/32/64), integer or boolean array"
+    )
+
+
+def dtype_of(name, what, v):
+    """:func:`compute_dtype` of any operand (array, numpy scalar, Python number, list)."""
+    dt = getattr(v, "dtype", None)
+    if not isinstance(dt, np.dtype):
+        if isinstance(v, (float, int)):  # Python scalars (bool is an int)
+            return F64
+        dt = np.asarray(v).dtype
+    return compute_dtype(name, what, dt)
+
+
+def all_half(data) -> bool:
+    """True when the float16 rule applies: some input is float16 and none is wider."""
+    half = False
+    for d in data:
+        dt = getattr(d, "dtype", None)
+        if dt == F16:
+            half = True
+        elif dt is not None and dt.kind == "f":
+            return False
+    return half
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def beyond_f32(vals) -> int | None:
+    """The first parameter value that float32 cannot hold (|v| > max, or a nonzero |v|
+    below the smallest normal, where it would round to inf, 0 or a subnormal); its
+    index, or None. On the CPU such parameters compute in float64 (then cast back)."""
+    for i, v in enumerate(vals):
+        if type(v) is float or type(v) is int:
+            a = abs(v)
+            if a > F32_MAX or (a != 0 and a < F32_TINY):
+                return i
+            continue
+        a = np.abs(np.asarray(v, dtype=np.float64))
+        if a.size and ((a > F32_MAX).any() or ((a != 0) & (a < F32_TINY)).any()):
+            return i
+    return None
+
+
+def f32_range_error(act, vals, backend: str) -> None:
+    """The Numba CUDA backend computes float32 in float32: refuse a parameter it cannot
+    hold (the CPU and CuPy compute such calls in float64, :func:`widened`)."""
+    i = beyond_f32(vals)
+    if i is not None:
+        p = act.param_names[i]
+        raise ValueError(
+            f"{act.name}: parameter {p} has a value outside float32's range for a float32 "
+            f"input on the {backend} backend (|{p}| must be 0 or within "
+            f"[{F32_TINY:.7g}, {F32_MAX:.7g}]); pass float64 data, or compute on the CPU or "
+            "with CuPy, which promote such a parameter to float64"
+        )
+
+
+def widened(cdt, params) -> np.dtype:
+    """The dtype to compute in: ``cdt``, or float64 where ``cdt`` is float32 and a
+    parameter value lies outside float32's range (sigma=1e39 is valid and its results are
+    finite, but float32(1e39) is inf). The result is rounded to ``cdt`` once at the end."""
+    if cdt == F32 and beyond_f32(params) is not None:
+        return F64
+    return cdt
+
+
+def unbroadcast(a, shape: tuple):
+    """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape): the
+    gradient of a parameter that was broadcast against x."""
+    if a.shape == shape:
+        return a
+    nlead = a.ndim - len(shape)
+    axes = list(range(nlead))
+    axes += [nlead + i for i, n in enumerate(shape) if n == 1 and a.shape[nlead + i] != 1]
+    r = a.sum(axis=tuple(axes), keepdims=True) if axes else a
+    return r.reshape(shape)
