@@ -4,7 +4,7 @@ can compile, e.g. numba-cuda on numpy >= 2.5).
 
 Each spec's scalar kernels (the same Python source as the CPU ufuncs, with the same
 elementary functions: iglu_np._vmath's, compiled for the GPU instead of libdevice's) are
-compiled as ``cuda.jit(device=True, inline=True)`` device functions through
+compiled as ``cuda.jit(device=True, forceinline=True)`` device functions through
 :class:`~iglu_np.backends._rebind.Rebinder`, and called from explicit grid-stride
 ``@cuda.jit`` kernels generated per (activation, kind, compute dtype, which parameters
 are arrays, number of dimensions):
@@ -244,7 +244,11 @@ def _rebinder():
         from ._rebind import Rebinder
 
         cuda = _cuda()
-        dev = cuda.jit(device=True, inline=True)
+        # Inlined by NVVM (forceinline), not in Numba's IR (inline="always"): the IR
+        # inliner deep-copies a callee's whole call tree at every call site, which took
+        # xIELU's backward kernel 400 s to compile; compiled once each, 0.2-1.4 s per
+        # kernel. The simulator runs Python and takes neither option.
+        dev = cuda.jit(device=True) if simulator() else cuda.jit(device=True, forceinline=True)
         if simulator():
             # The simulator runs the Python: no fused fma (keep Dekker), and _vmath's bit
             # intrinsics cannot run as Python, so libm's math there.
@@ -562,8 +566,35 @@ def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=No
     cuda = _cuda()
     py = kernel_python(name, kind, dtype, arrays, ndim)
     sig = signature(name, kind, dtype, arrays, ndim, data_dtype)
-    ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
+    with offline_device(cc):
+        ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
     return ptx
+
+
+class offline_device:
+    """Device functions compile on first call for the current device's compute capability
+    (numba-cuda's ``compile_device``); without a GPU there is none, so for an offline
+    :func:`compile_ptx` the dispatcher module sees a stand-in with ``cc``."""
+
+    def __init__(self, cc):
+        self.cc = tuple(cc)
+
+    def __enter__(self):
+        from numba.cuda import dispatcher
+
+        self._mod, self._orig = dispatcher, dispatcher.get_current_device
+        cc = self.cc
+
+        def current():
+            try:
+                return self._orig()
+            except Exception:
+                return type("OfflineDevice", (), {"compute_capability": cc})()
+
+        dispatcher.get_current_device = current
+
+    def __exit__(self, *exc):
+        self._mod.get_current_device = self._orig
 
 
 # --------------------------------------------------------------------------- arrays
