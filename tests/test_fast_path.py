@@ -1,4 +1,5 @@
-"""The CPU fast path (njit/prange loops, iglu_np.backends.cpu_fast) against the ufuncs.
+"""The CPU backend's loops (njit/prange, iglu_np.backends.cpu_fast; chosen by
+iglu_np.backends.cpu_backend) against the ufuncs.
 
 Both compile the same scalar kernels without fastmath, so results must agree bit for bit:
 on the accuracy sweep's points (so tests/accuracy.py's bounds carry over), threaded vs
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu_fast
+from iglu_np import backends
+from iglu_np.backends import cpu_backend, cpu_fast
 
 from . import accuracy as acc
 
@@ -64,7 +66,7 @@ def _fast_as_ufunc(act, kind):
             return act(x, **params)
         if kind == "dx":
             return act.dx(x, **params)
-        return act._run(kind, (x,), params, None)
+        return backends.run(act._p, kind, (x,), params, None)
 
     return f
 
@@ -81,7 +83,7 @@ def _check_sweep(name, dtype):
                 want = act._ufunc(kind)(x, *pv)
             got = fast(x, *pv)
             _same(got, want)
-            assert cpu_fast._flat_in(x, np.dtype(dtype), x.shape) is not None  # took fast path
+            assert cpu_backend._flat_in(x, np.dtype(dtype), x.shape) is not None  # took fast path
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
@@ -203,15 +205,16 @@ def test_small_calls_are_tiered():
     old = cpu_fast.MIN_SIZE
     cpu_fast.set_min_size(1 << 20)
     try:
-        act._plans.pop("dxf", None)
-        act._calls.pop("dxf", None)
+        key = ("iglu", "dx", "f")
+        cpu_fast.plans.pop(key, None)
+        cpu_backend._calls.pop(key, None)
         x = np.linspace(-50, 50, 301).astype(np.float32)
         first = act.dx(x, sigma=0.7)
         for _ in range(cpu_fast.WARM_CALLS - 1):
             act.dx(x, sigma=0.7)
-        assert "dxf" not in act._plans
+        assert key not in cpu_fast.plans
         hot = act.dx(x, sigma=0.7)
-        assert "dxf" in act._plans
+        assert key in cpu_fast.plans
         _same(first, hot)
         _same(hot, act.dx.ufunc(x, np.float32(0.7)))
     finally:
@@ -240,7 +243,7 @@ def no_ufunc(monkeypatch):
     """Fail if the general ufunc path runs (the fast path must take the call)."""
     def boom(*a, **k):
         raise AssertionError("took the ufunc path")
-    monkeypatch.setattr(iglu_np.iglu, "_call_ufunc", boom)
+    monkeypatch.setattr(cpu_backend, "_call_ufunc", boom)
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
