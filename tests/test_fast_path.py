@@ -25,26 +25,26 @@ IDS = ["f32", "f64"]
 @pytest.fixture(autouse=True)
 def fast_path_at_every_size():
     # small arrays normally take the ufunc (no njit compile); here the loops are under test
-    old = cpu_fast.MIN_SIZE
-    cpu_fast.set_min_size(0)
+    old = cpu_backend.MIN_SIZE
+    cpu_backend.set_min_size(0)
     yield
-    cpu_fast.set_min_size(old)
+    cpu_backend.set_min_size(old)
 
 
 @pytest.fixture
 def threads_always():
-    old = cpu_fast.THRESHOLD
-    cpu_fast.set_threshold(0)
+    old = cpu_backend.THRESHOLD
+    cpu_backend.set_threshold(0)
     yield
-    cpu_fast.set_threshold(old)
+    cpu_backend.set_threshold(old)
 
 
 @pytest.fixture
 def threads_never():
-    old = cpu_fast.THRESHOLD
-    cpu_fast.set_threshold(1 << 62)
+    old = cpu_backend.THRESHOLD
+    cpu_backend.set_threshold(1 << 62)
     yield
-    cpu_fast.set_threshold(old)
+    cpu_backend.set_threshold(old)
 
 
 def _same(a, b):
@@ -202,15 +202,15 @@ def test_small_calls_are_tiered():
     """Small arrays: the first WARM_CALLS calls run the ufunc (no njit compile), later
     ones the compiled loop; both give the same bits."""
     act = iglu_np.get("iglu")
-    old = cpu_fast.MIN_SIZE
-    cpu_fast.set_min_size(1 << 20)
+    old = cpu_backend.MIN_SIZE
+    cpu_backend.set_min_size(1 << 20)
     try:
         key = ("iglu", "dx", "f")
         cpu_fast.plans.pop(key, None)
         cpu_backend._calls.pop(key, None)
         x = np.linspace(-50, 50, 301).astype(np.float32)
         first = act.dx(x, sigma=0.7)
-        for _ in range(cpu_fast.WARM_CALLS - 1):
+        for _ in range(cpu_backend.WARM_CALLS - 1):
             act.dx(x, sigma=0.7)
         assert key not in cpu_fast.plans
         hot = act.dx(x, sigma=0.7)
@@ -218,7 +218,7 @@ def test_small_calls_are_tiered():
         _same(first, hot)
         _same(hot, act.dx.ufunc(x, np.float32(0.7)))
     finally:
-        cpu_fast.set_min_size(old)
+        cpu_backend.set_min_size(old)
 
 
 # ---------------------------------------------------------------- memory layouts
@@ -266,7 +266,7 @@ def test_fortran_and_transposed_take_the_fast_path(shape, dtype, threads, reques
             (a.dx(x, sigma=0.7), a.dx(xc, sigma=0.7)),
             (a.backward(x, g, sigma=0.7), a.backward(xc, gc, sigma=0.7)),
             (a.dparams(x, sigma=0.7)["sigma"], a.dparams(xc, sigma=0.7)["sigma"]),
-            # array parameters of x's shape: the general fast path (cpu_fast.run)
+            # array parameters of x's shape: the general path's loops (cpu_backend._run_loops)
             (a(x, sigma=sig), a(xc, sigma=sig)),
             (a(x, sigma=sig_x), a(xc, sigma=sig)),
             (a.backward(x, g, sigma=sig), a.backward(xc, gc, sigma=sig)),
@@ -346,8 +346,8 @@ def test_threads_launching_parallel_loops_under_workqueue():
 
     code = (
         "import threading, numpy as np, numba, iglu_np\n"
-        "from iglu_np.backends import cpu_fast\n"
-        "cpu_fast.set_threshold(1024)\n"
+        "from iglu_np.backends import cpu_backend\n"
+        "cpu_backend.set_threshold(1024)\n"
         "xs = [np.linspace(-9, 9, 50_000 + i, dtype=np.float32) for i in range(3)]\n"
         "want = [iglu_np.iglu.ufunc(x, np.float32(1.0)) for x in xs]\n"
         "def work(i):\n"

@@ -163,9 +163,10 @@ def run(act, kind, data, params, out):
 
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient of ``sum(grad_out * f(x))``, reduced to its shape."""
-    # memoryviews and pandas objects: their values (the result is shaped like the
-    # parameters, so there is no index to keep)
-    data = tuple(np.asarray(d) if _array_like(d) else d for d in data)
+    if type(data[0]) is not np.ndarray or type(data[1]) is not np.ndarray:
+        # memoryviews and pandas objects: their values (the result is shaped like the
+        # parameters, so there is no index to keep)
+        data = tuple(np.asarray(d) if _array_like(d) else d for d in data)
     return _module(_choose(act, data, params)).backward_params(act, data, params)
 
 

@@ -6,7 +6,7 @@ Two kinds of compiled code, both from the spec's scalar kernels and bit-identica
   with numpy's semantics; one thread;
 * njit loops over flat memory (:mod:`iglu_np.backends.cpu_fast`): contiguous float32/64
   operands of one shape; vectorised with scalar parameters, threaded from
-  ``cpu_fast.THRESHOLD`` elements.
+  :data:`THRESHOLD` elements.
 
 Which one runs is decided here, on three paths:
 
@@ -14,12 +14,15 @@ Which one runs is decided here, on three paths:
 * :func:`run`, :func:`backward_params`, :func:`backward_all`: the general path (every
   operand kind, every error message), which still takes the loops where the operands fit.
 
-Small arrays are tiered: below ``cpu_fast.MIN_SIZE`` elements the first
-``cpu_fast.WARM_CALLS`` calls of an activation/kind/dtype run the ufunc, so code that calls
-once never pays the seconds of an njit compile. This module is not part of the on-disk
+Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
+calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
+seconds of an njit compile; from :data:`THRESHOLD` elements the loops run on all Numba
+threads. This module is not part of the on-disk
 kernel cache key: editing it recompiles nothing.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -34,11 +37,69 @@ from .._dtypes import widened
 from .._params import values as _values
 from . import cpu
 
-__all__ = ["HOST_TYPES", "handles", "status", "ufunc", "fast", "run", "backward_params",
+__all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold", "set_min_size",
+           "handles", "status", "ufunc", "fast", "run", "backward_params",
            "backward_all"]
 
 #: Operands this backend takes (memoryviews and pandas objects are unwrapped before).
 HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
+
+def _env_int(name: str, default: int) -> int:
+    """A non-negative integer from the environment; a clear error naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        n = int(v.replace("_", ""))
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(
+            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
+            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
+        ) from None
+    return n
+
+
+def _threshold_default() -> int:
+    v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
+    if v:
+        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
+    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
+    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
+    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
+    return 1 << 16
+
+
+THRESHOLD = _threshold_default()
+
+
+def _min_size_default() -> int:
+    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
+
+
+# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
+# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
+# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
+# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
+# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
+# pays it, hot code pays it once. Calls with array parameters or reductions below
+# MIN_SIZE always take the ufunc.
+MIN_SIZE = _min_size_default()
+WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
+
+
+def set_min_size(n: int) -> None:
+    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
+    global MIN_SIZE
+    MIN_SIZE = int(n)
+
+
+def set_threshold(n: int) -> None:
+    """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
+    global THRESHOLD
+    THRESHOLD = int(n)
+
 
 _FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
 _calls: dict = {}  # (name, kind, dtype char) -> small calls served by the ufunc so far
@@ -61,9 +122,9 @@ def status():
     """(usable, detail) for ``iglu-np info``."""
     import numba
 
-    fast = _loops()
+    fast = _FAST or _loops()
     return True, (f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
-                  f"thread(s) from {fast.THRESHOLD:,} elements, "
+                  f"thread(s) from {THRESHOLD:,} elements, "
                   f"{len(fast.plans)} loop(s) loaded, cache {cpu._gen_dir()}")
 
 
@@ -144,11 +205,11 @@ def fast(act, kind, data, params, out):
     key = (act.name, kind, dt.char)
     p = fast.plans.get(key)
     if p is None:
-        if n < fast.MIN_SIZE:
+        if n < MIN_SIZE:
             # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
             # (bit-identical); the njit loop, seconds to compile, only for hot ones.
             c = _calls[key] = _calls.get(key, 0) + 1
-            if c <= fast.WARM_CALLS:
+            if c <= WARM_CALLS:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
                     cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
@@ -168,7 +229,7 @@ def fast(act, kind, data, params, out):
     else:
         o1 = o
     ins = (x,) if g is None else (x, g)
-    if n >= fast.THRESHOLD and fast.numba.get_num_threads() > 1:
+    if n >= THRESHOLD and fast.numba.get_num_threads() > 1:
         # typed parameters: the dispatcher would type a Python float as float64
         tv = [dt.type(v) for v in vals]
         fast.launch(par_kernel, n, lambda: par_kernel(*ins, o1, True, *tv),
@@ -259,8 +320,8 @@ def backward_all(act, data, params, out):
 # The general path's use of the njit loops: parameters may also be arrays of x's shape
 # (elementwise kinds), operands are checked the slow, thorough way.
 def _parallel(n: int) -> bool:
-    fast = _loops()
-    return n >= fast.THRESHOLD and fast.numba.get_num_threads() > 1
+    fast = _FAST or _loops()
+    return n >= THRESHOLD and fast.numba.get_num_threads() > 1
 
 
 def _param(v, dt, shape, order=None):
@@ -287,7 +348,7 @@ def _flat_in(a, dt, shape, order=None):
     in the axis ``order`` (default: its own, if it has one), else None."""
     if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    fast = _loops()
+    fast = _FAST or _loops()
     if order is None:
         order = fast.axis_order(a)
         if order is None:
@@ -302,13 +363,13 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     x = vals[0]
     if type(x) is not np.ndarray or x.ndim == 0:
         return None
-    fast = _loops()
+    fast = _FAST or _loops()
     shape = x.shape
     order = fast.axis_order(x)
     if order is None:
         return None
     xf = _flat_in(x, cdt, shape, order)
-    if xf is None or xf.size < fast.MIN_SIZE:
+    if xf is None or xf.size < MIN_SIZE:
         return None
     ins = [xf]
     if n_data == 2:
@@ -359,7 +420,7 @@ def _reduction_operands(vals: list, cdt):
     if type(x) is not np.ndarray:
         return None
     shape = x.shape
-    order = _loops().axis_order(x)
+    order = (_FAST or _loops()).axis_order(x)
     if order is None:
         return None
     xf = _flat_in(x, cdt, shape, order)
@@ -384,10 +445,10 @@ def _reduce_params(act, vals: list, cdt):
     ops = _reduction_operands(vals, cdt)
     if ops is None:
         return None
-    fast = _loops()
+    fast = _FAST or _loops()
     xf, gf, ps, shape, order = ops
     n = xf.size
-    if n < fast.MIN_SIZE:
+    if n < MIN_SIZE:
         # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
         res = {}
         with np.errstate(all="ignore"):
@@ -416,8 +477,8 @@ def _fused_backward(act, vals: list, cdt, out):
     gradients equal those of the ``bwd`` loop and :func:`_reduce_params` bit for bit
     (the same per-element values, block sums and order)."""
     ops = _reduction_operands(vals, cdt)
-    fast = _loops()
-    if ops is None or ops[0].size < fast.MIN_SIZE:
+    fast = _FAST or _loops()
+    if ops is None or ops[0].size < MIN_SIZE:
         return None
     xf, gf, ps, shape, order = ops
     if out is None:

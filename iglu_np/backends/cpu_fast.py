@@ -10,10 +10,10 @@ when) calls the loops built here instead: an ``@njit`` loop over the flat memory
 with ``order='K'``). The loop body is the *same* compiled scalar kernel the ufunc calls
 (rebound with vectorisable math, no fastmath), so the loops and ``.ufunc`` agree bit for
 bit, and a threaded run agrees bit for bit with a single-thread one (elementwise work has
-no order). Arrays of at least :data:`THRESHOLD` elements run on
+no order). The backend runs arrays of at least ``cpu_backend.THRESHOLD`` elements on
 ``numba.get_num_threads()`` threads (Numba's settings: ``NUMBA_NUM_THREADS``,
 ``numba.set_num_threads``) as the busy-machine guard (:func:`launch`) allows; smaller ones
-stay on the calling thread, where a thread launch would cost more than it saves. Every
+on the calling thread, where a thread launch would cost more than it saves. Every
 compiled loop releases the GIL (``nogil=True``): Python threads calling activations on
 different arrays run at once.
 
@@ -40,7 +40,7 @@ from .._kinds import Kind
 from .._spec import REGISTRY
 from . import cpu
 
-__all__ = ["THRESHOLD", "MIN_SIZE", "WARM_CALLS", "kernel", "plan", "plans", "launch"]
+__all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
 _F32 = np.dtype(np.float32)
 _CACHE = os.environ.get("IGLU_NP_FAST_NOCACHE", "") == ""
@@ -53,63 +53,6 @@ _JIT = dict(error_model="numpy", nogil=True)
 # vectors per block) and per reduction block.
 BLOCK = 1 << 15
 RBLOCK = 1 << 12
-
-
-def _env_int(name: str, default: int) -> int:
-    """A non-negative integer from the environment; a clear error naming the variable."""
-    v = os.environ.get(name, "").strip()
-    if not v:
-        return default
-    try:
-        n = int(v.replace("_", ""))
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(
-            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
-            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
-        ) from None
-    return n
-
-
-def _threshold_default() -> int:
-    v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
-    if v:
-        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
-    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
-    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
-    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
-    return 1 << 16
-
-
-THRESHOLD = _threshold_default()
-
-
-def _min_size_default() -> int:
-    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
-
-
-# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
-# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
-# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
-# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
-# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
-# pays it, hot code pays it once. Calls with array parameters or reductions below
-# MIN_SIZE always take the ufunc.
-MIN_SIZE = _min_size_default()
-WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
-
-
-def set_min_size(n: int) -> None:
-    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
-    global MIN_SIZE
-    MIN_SIZE = int(n)
-
-
-def set_threshold(n: int) -> None:
-    """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
-    global THRESHOLD
-    THRESHOLD = int(n)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -296,7 +239,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
 
     ``parallel=False`` gives the single-thread build of the same function (``prange`` is
     ``range``; call it with ``par=False``): compiling the parfor version costs several
-    times more, so it is only built once an array reaches :data:`THRESHOLD` elements."""
+    times more, so it is only built once an array reaches ``cpu_backend.THRESHOLD`` elements."""
     key = (name, kind, parallel)
     k = _kernels.get(key)
     if k is None:
@@ -381,7 +324,7 @@ _par_threadsafe = False
 # its first large call runs on one thread (the baseline: per-element time, the best seen);
 # threaded calls must beat it; two that do not in a row send the kernel's calls to one
 # thread for a cooldown that doubles while the probe after it is still slow (COOL_MIN to
-# COOL_MAX s). Costs two clock reads per call of >= THRESHOLD elements.
+# COOL_MAX s). Costs two clock reads per call of >= cpu_backend.THRESHOLD elements.
 COOL_MIN, COOL_MAX = 0.125, 4.0
 _guard: dict = {}  # threaded kernel -> [single-thread s/element, slow calls, until, period]
 
