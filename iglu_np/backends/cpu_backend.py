@@ -17,8 +17,8 @@ Which one runs is decided here, on three paths:
 Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
 calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
 seconds of an njit compile; from :data:`THRESHOLD` elements the loops run on all Numba
-threads. This module is not part of the on-disk
-kernel cache key: editing it recompiles nothing.
+threads. This module is not part of the on-disk kernel cache key: editing it recompiles
+nothing.
 """
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ from .._dtypes import widened
 from .._params import values as _values
 from . import cpu
 
-__all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold", "set_min_size",
-           "handles", "status", "ufunc", "fast", "run", "backward_params",
+__all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold",
+           "set_min_size", "handles", "status", "ufunc", "fast", "run", "backward_params",
            "backward_all"]
 
 #: Operands this backend takes (memoryviews and pandas objects are unwrapped before).
 HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
+
 
 def _env_int(name: str, default: int) -> int:
     """A non-negative integer from the environment; a clear error naming the variable."""

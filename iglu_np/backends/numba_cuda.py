@@ -47,7 +47,8 @@ from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
 
-__all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function", "kernel_python", "compile_ptx", "simulator"]
+__all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function",
+           "kernel_python", "compile_ptx", "simulator"]
 
 THREADS = 256  # per block on a GPU; also the shared-memory size of the reduction
 SIM_THREADS = 8  # the simulator runs one Python thread per CUDA thread: keep it small
