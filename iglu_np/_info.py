@@ -13,7 +13,7 @@ def backend_status() -> dict:
     """Backend name -> (usable, reason). Importing a GPU backend never needs a GPU."""
     from . import backends
 
-    out = {"cpu": (True, "Numba ufuncs")}
+    out = {}
     for name, path in backends.BACKENDS.items():
         try:
             mod = importlib.import_module(path)

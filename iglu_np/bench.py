@@ -96,7 +96,7 @@ def machine_info() -> dict:
     import numba
 
     import iglu_np
-    from .backends import cpu_fast
+    from .backends import cpu_backend
 
     info = {
         "python": platform.python_version(),
@@ -107,7 +107,7 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "numba_threads": numba.get_num_threads(),
         "threading_layer": _threading_layer(),
-        "parallel_threshold": cpu_fast.THRESHOLD,
+        "parallel_threshold": cpu_backend.THRESHOLD,
         "platform": platform.platform(),
     }
     try:

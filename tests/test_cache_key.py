@@ -42,10 +42,14 @@ def test_key_is_stable_and_short():
 def test_editing_one_activation_file_changes_only_its_keys():
     assert _changed(NAMES, _edited("activations/gelu.py")) == {"gelu", "gelu_tanh"}
     assert _changed(NAMES, _edited("activations/relu.py")) == {"relu"}
-    # the trainer, the CLI, the GPU backends, the public API: no kernel recompiles
+    # the trainer, the CLI, the GPU backends, the public API, the dispatcher, parameter
+    # validation and the CPU backend's choices: no kernel recompiles
+    fast = ("backends/cpu_fast.py",)
     for rel in ("_api.py", "cli.py", "nn/autodiff.py", "backends/numba_cuda.py",
-                "backends/cxx.py"):
+                "backends/cxx.py", "backends/__init__.py", "_params.py",
+                "backends/cpu_backend.py"):
         assert not _changed(NAMES, _edited(rel)), rel
+        assert not _changed(NAMES, _edited(rel), fast), rel
 
 
 def test_editing_a_helper_changes_the_keys_of_its_users():

@@ -9,6 +9,7 @@ import dask  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
 import iglu_np  # noqa: E402
+from iglu_np import _params  # noqa: E402
 
 NAMES = list(iglu_np.ACTIVATIONS)
 WITH_PARAMS = [n for n in NAMES if iglu_np.ACTIVATIONS[n].params]
@@ -60,11 +61,11 @@ class CountTasks(Callback):
 
 def _valid_values(act, pname):
     """In-domain values of one parameter (others at their defaults)."""
-    p = act._params_by_name[pname]
+    p = act._p.by_name[pname]
     out = []
     for v in (p.default, *p.test_values):
         try:
-            act._param_values({pname: float(v)})
+            _params.values(act._p, {pname: float(v)})
         except (ValueError, TypeError):
             continue
         out.append(float(v))

@@ -1,4 +1,5 @@
-"""The CPU fast path (njit/prange loops, iglu_np.backends.cpu_fast) against the ufuncs.
+"""The CPU backend's loops (njit/prange, iglu_np.backends.cpu_fast; chosen by
+iglu_np.backends.cpu_backend) against the ufuncs.
 
 Both compile the same scalar kernels without fastmath, so results must agree bit for bit:
 on the accuracy sweep's points (so tests/accuracy.py's bounds carry over), threaded vs
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu_fast
+from iglu_np import backends
+from iglu_np.backends import cpu_backend, cpu_fast
 
 from . import accuracy as acc
 
@@ -23,26 +25,26 @@ IDS = ["f32", "f64"]
 @pytest.fixture(autouse=True)
 def fast_path_at_every_size():
     # small arrays normally take the ufunc (no njit compile); here the loops are under test
-    old = cpu_fast.MIN_SIZE
-    cpu_fast.set_min_size(0)
+    old = cpu_backend.MIN_SIZE
+    cpu_backend.set_min_size(0)
     yield
-    cpu_fast.set_min_size(old)
+    cpu_backend.set_min_size(old)
 
 
 @pytest.fixture
 def threads_always():
-    old = cpu_fast.THRESHOLD
-    cpu_fast.set_threshold(0)
+    old = cpu_backend.THRESHOLD
+    cpu_backend.set_threshold(0)
     yield
-    cpu_fast.set_threshold(old)
+    cpu_backend.set_threshold(old)
 
 
 @pytest.fixture
 def threads_never():
-    old = cpu_fast.THRESHOLD
-    cpu_fast.set_threshold(1 << 62)
+    old = cpu_backend.THRESHOLD
+    cpu_backend.set_threshold(1 << 62)
     yield
-    cpu_fast.set_threshold(old)
+    cpu_backend.set_threshold(old)
 
 
 def _same(a, b):
@@ -64,7 +66,7 @@ def _fast_as_ufunc(act, kind):
             return act(x, **params)
         if kind == "dx":
             return act.dx(x, **params)
-        return act._run(kind, (x,), params, None)
+        return backends.run(act._p, kind, (x,), params, None)
 
     return f
 
@@ -81,7 +83,7 @@ def _check_sweep(name, dtype):
                 want = act._ufunc(kind)(x, *pv)
             got = fast(x, *pv)
             _same(got, want)
-            assert cpu_fast._flat_in(x, np.dtype(dtype), x.shape) is not None  # took fast path
+            assert cpu_backend._flat_in(x, np.dtype(dtype), x.shape) is not None  # took fast path
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
@@ -200,22 +202,23 @@ def test_small_calls_are_tiered():
     """Small arrays: the first WARM_CALLS calls run the ufunc (no njit compile), later
     ones the compiled loop; both give the same bits."""
     act = iglu_np.get("iglu")
-    old = cpu_fast.MIN_SIZE
-    cpu_fast.set_min_size(1 << 20)
+    old = cpu_backend.MIN_SIZE
+    cpu_backend.set_min_size(1 << 20)
     try:
-        act._plans.pop("dxf", None)
-        act._calls.pop("dxf", None)
+        key = ("iglu", "dx", "f")
+        cpu_fast.plans.pop(key, None)
+        cpu_backend._calls.pop(key, None)
         x = np.linspace(-50, 50, 301).astype(np.float32)
         first = act.dx(x, sigma=0.7)
-        for _ in range(cpu_fast.WARM_CALLS - 1):
+        for _ in range(cpu_backend.WARM_CALLS - 1):
             act.dx(x, sigma=0.7)
-        assert "dxf" not in act._plans
+        assert key not in cpu_fast.plans
         hot = act.dx(x, sigma=0.7)
-        assert "dxf" in act._plans
+        assert key in cpu_fast.plans
         _same(first, hot)
         _same(hot, act.dx.ufunc(x, np.float32(0.7)))
     finally:
-        cpu_fast.set_min_size(old)
+        cpu_backend.set_min_size(old)
 
 
 # ---------------------------------------------------------------- memory layouts
@@ -240,7 +243,7 @@ def no_ufunc(monkeypatch):
     """Fail if the general ufunc path runs (the fast path must take the call)."""
     def boom(*a, **k):
         raise AssertionError("took the ufunc path")
-    monkeypatch.setattr(iglu_np.iglu, "_call_ufunc", boom)
+    monkeypatch.setattr(cpu_backend, "_call_ufunc", boom)
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
@@ -263,7 +266,7 @@ def test_fortran_and_transposed_take_the_fast_path(shape, dtype, threads, reques
             (a.dx(x, sigma=0.7), a.dx(xc, sigma=0.7)),
             (a.backward(x, g, sigma=0.7), a.backward(xc, gc, sigma=0.7)),
             (a.dparams(x, sigma=0.7)["sigma"], a.dparams(xc, sigma=0.7)["sigma"]),
-            # array parameters of x's shape: the general fast path (cpu_fast.run)
+            # array parameters of x's shape: the general path's loops (cpu_backend._run_loops)
             (a(x, sigma=sig), a(xc, sigma=sig)),
             (a(x, sigma=sig_x), a(xc, sigma=sig)),
             (a.backward(x, g, sigma=sig), a.backward(xc, gc, sigma=sig)),
@@ -343,8 +346,8 @@ def test_threads_launching_parallel_loops_under_workqueue():
 
     code = (
         "import threading, numpy as np, numba, iglu_np\n"
-        "from iglu_np.backends import cpu_fast\n"
-        "cpu_fast.set_threshold(1024)\n"
+        "from iglu_np.backends import cpu_backend\n"
+        "cpu_backend.set_threshold(1024)\n"
         "xs = [np.linspace(-9, 9, 50_000 + i, dtype=np.float32) for i in range(3)]\n"
         "want = [iglu_np.iglu.ufunc(x, np.float32(1.0)) for x in xs]\n"
         "def work(i):\n"

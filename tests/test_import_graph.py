@@ -1,5 +1,6 @@
 """No import cycle inside iglu_np (lazy imports inside functions count): the dtype rules
-live in ``_dtypes``, which imports no backend, and no backend imports ``_api``."""
+live in ``_dtypes`` and parameter validation in ``_params``, which import no backend, and
+no backend (the dispatcher included) imports ``_api``."""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,14 @@ def test_no_backend_imports_api_and_dtypes_imports_nothing_of_ours():
         if mod.startswith("iglu_np.backends"):
             assert "iglu_np._api" not in dict(targets), mod
     assert graph["iglu_np._dtypes"] == []
-    assert "iglu_np._dtypes" in dict(graph["iglu_np._api"])
+    # the backends that apply the dtype rules take them from _dtypes
+    for mod in ("cpu_backend", "cupy_backend", "numba_cuda", "dask_backend"):
+        assert "iglu_np._dtypes" in dict(graph["iglu_np.backends." + mod]), mod
+    # validation needs the specs (and the registry filled) only
+    assert set(dict(graph["iglu_np._params"])) == {"iglu_np._spec", "iglu_np.activations"}
+    # the public objects reach the backends through the dispatcher alone
+    assert [t for t in dict(graph["iglu_np._api"]) if t.startswith("iglu_np.backends")] == [
+        "iglu_np.backends"]
 
 
 def test_tool_finds_a_lazy_cycle(tmp_path):

@@ -232,12 +232,16 @@ class Device:
 
 
 def _cpu_fast_setting(attr: str, default: int) -> int:
-    """An integer setting of iglu_np's CPU fast path, or ``default`` at a commit without it."""
-    try:
-        from iglu_np.backends import cpu_fast
-        return int(getattr(cpu_fast, attr))
-    except (ImportError, AttributeError, ValueError):
-        return default
+    """An integer setting of iglu_np's CPU fast path (in ``backends.cpu_backend``, or
+    ``backends.cpu_fast`` at older commits), or ``default`` at a commit without it."""
+    import importlib
+
+    for mod in ("iglu_np.backends.cpu_backend", "iglu_np.backends.cpu_fast"):
+        try:
+            return int(getattr(importlib.import_module(mod), attr))
+        except (ImportError, AttributeError, ValueError):
+            continue
+    return default
 
 
 def _warm_calls() -> int:

@@ -1,26 +1,45 @@
-"""Backends and dispatch by array type.
+"""The dispatcher: every call of an activation reaches a backend through here.
 
-``cpu`` (Numba ufuncs, always available) is handled inline by :mod:`iglu_np._api`. Other
-backends register here by name with the module that implements them; each module
-provides
+:func:`run` (a kernel kind: "fwd", "dx", "bwd", "d_<param>", "bwd_<param>"),
+:func:`backward_params` and :func:`backward_all` take the activation's
+:class:`iglu_np._params.Params`, the data (x, or x and grad_out), the keyword parameters
+(unvalidated, ``backend=`` among them) and ``out``. They try the CPU backend's fast path
+first (numpy arrays, the common case), then turn memoryviews and pandas objects into
+arrays (a pandas result gets its index back), pick the backend (the ``backend=`` keyword,
+else the first operand that is not a host value: :func:`detect`) and hand it the call.
 
-* ``handles(array) -> bool``: whether an input array belongs to this backend, and
-* ``run(act, kind, data, params, out)``: compute kernel ``kind`` ("fwd", "dx", "bwd",
-  "d_<param>", or "backward_params") of activation ``act`` (an
-  :class:`iglu_np.Activation`) on the tuple ``data`` (x, or x and grad_out) with the
-  keyword ``params`` (unvalidated: call ``act._param_values(params)``);
+Backends register in :data:`BACKENDS` by name with the module that implements them; each
+module provides
+
+* ``handles(array) -> bool``: whether an input array belongs to this backend;
+* ``run(act, kind, data, params, out)``: compute kernel ``kind`` of ``act`` (a
+  :class:`~iglu_np._params.Params`) on the tuple ``data`` with the keyword ``params``
+  (validated by the backend: :func:`iglu_np._params.values`);
+* ``backward_params(act, data, params) -> dict``: each parameter's gradient of
+  ``sum(grad_out * f(x))``, reduced to the parameter's shape;
 * optionally ``backward_all(act, data, params, out)``: grad_x and the parameter gradients
-  from one pass, or None where that does not apply.
+  from one pass, or None where that does not apply;
+* ``status() -> (usable, detail)`` for ``iglu-np info``.
 
-Modules are imported only when an array that is not a host array shows up, so importing
-iglu_np never imports cupy, numba.cuda or dask.
+Backends import neither :mod:`iglu_np._api` nor one another's privates; dask and xarray
+call back into this dispatcher for their chunks. Modules other than the CPU's are imported
+only when an array that is not a host array shows up (or ``backend=`` names them), so
+importing iglu_np never imports cupy, numba.cuda or dask.
 """
 from __future__ import annotations
 
 import importlib
+import sys
+
+import numpy as np
+
+from . import cpu_backend
+from .cpu_backend import HOST_TYPES as _HOST_TYPES
+from .cpu_backend import fast as _cpu_fast
 
 # name -> module; order matters for detection (first match wins).
 BACKENDS = {
+    "cpu": "iglu_np.backends.cpu_backend",
     "cupy": "iglu_np.backends.cupy_backend",
     # torch/JAX/... CUDA arrays through the CuPy kernels when cupy is there, else Numba CUDA
     "cuda_array": "iglu_np.backends.cuda_array",
@@ -29,19 +48,24 @@ BACKENDS = {
     "xarray": "iglu_np.backends.xarray_backend",
 }
 
+_loaded = {"cpu": cpu_backend}
+
 
 def _module(name):
-    try:
-        path = BACKENDS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown backend {name!r}; expected 'cpu' or one of {', '.join(BACKENDS)}"
-        ) from None
-    return importlib.import_module(path)
+    m = _loaded.get(name)
+    if m is None:
+        try:
+            path = BACKENDS[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}"
+            ) from None
+        m = _loaded[name] = importlib.import_module(path)
+    return m
 
 
 def detect(array) -> str:
-    """Name of the backend for a non-numpy ``array`` (TypeError when none handles it)."""
+    """Name of the backend for ``array`` (TypeError when none handles it)."""
     for name in BACKENDS:
         try:
             m = _module(name)
@@ -55,13 +79,111 @@ def detect(array) -> str:
     )
 
 
-def run(name, act, kind, data, params, out):
-    return _module(name).run(act, kind, data, params, out)
+def ufunc(name: str, kind: str) -> np.ufunc:
+    """The raw numpy ufunc of kernel ``kind`` of activation ``name`` (the CPU backend's)."""
+    return cpu_backend.ufunc(name, kind)
 
 
-def run_backward_all(name, act, data, params, out):
-    """The backend's one-pass ``(grad_x, grads)`` (``backward_all(act, data, params,
-    out)``), or None where it has none or it does not apply (the caller then runs
-    ``bwd`` and ``backward_params``)."""
-    fn = getattr(_module(name), "backward_all", None)
-    return None if fn is None else fn(act, data, params, out)
+# --------------------------------------------------------------------------- operands
+def _pandas_kind(v):
+    """'series' / 'frame' for a pandas Series / DataFrame (pandas is never imported)."""
+    t = type(v)
+    if not t.__module__.startswith("pandas"):
+        return None
+    for c in t.__mro__:
+        if c.__name__ == "Series":
+            return "series"
+        if c.__name__ == "DataFrame":
+            return "frame"
+    return None
+
+
+def _array_like(d) -> bool:
+    return type(d) is memoryview or _pandas_kind(d) is not None
+
+
+def _rewrap(like, r):
+    pd = __import__(type(like).__module__.split(".")[0])
+    if _pandas_kind(like) == "series":
+        return pd.Series(r, index=like.index, name=like.name)
+    return pd.DataFrame(r, index=like.index, columns=like.columns)
+
+
+def _choose(act, data, params) -> str:
+    """The backend= keyword (popped from ``params``, checked, named in the error) or the
+    backend of the first operand that is not a host value (the CPU when all are)."""
+    b = params.pop("backend", None)
+    if b is not None:
+        if b not in BACKENDS:
+            raise ValueError(f"{act.name}: unknown backend={b!r}; expected one of "
+                             f"{', '.join(BACKENDS)}")
+        return b
+    for d in data:
+        if not isinstance(d, _HOST_TYPES):
+            try:
+                return detect(d)
+            except TypeError as e:
+                raise TypeError(f"{act.name}: {e}") from None
+    return "cpu"
+
+
+def _may_share(out, a) -> bool:
+    """Whether two numpy (or two cupy) arrays may overlap in memory."""
+    if isinstance(out, np.ndarray):
+        return isinstance(a, np.ndarray) and np.may_share_memory(out, a)
+    cp = sys.modules.get("cupy")
+    if cp is not None and isinstance(out, cp.ndarray) and isinstance(a, cp.ndarray):
+        return bool(cp.may_share_memory(out, a))
+    return False
+
+
+# --------------------------------------------------------------------------- dispatch
+def run(act, kind, data, params, out):
+    """Kernel ``kind`` of ``act`` on ``data`` on the backend the operands (or
+    ``backend=``) choose."""
+    if "backend" not in params:
+        r = _cpu_fast(act, kind, data, params, out)
+        if r is not None:
+            return r
+    if type(data[0]) is memoryview or (len(data) == 2 and type(data[1]) is memoryview):
+        data = tuple(np.asarray(d) if type(d) is memoryview else d for d in data)
+    like = None
+    for d in data:
+        if _pandas_kind(d) is not None:
+            like = d
+            break
+    if like is not None:
+        # numpy's ufuncs on pandas objects: compute on the values, return the same
+        # type with the first pandas operand's index (and name / columns).
+        data = tuple(np.asarray(d) if _pandas_kind(d) else d for d in data)
+        r = run(act, kind, data, params, out)
+        return out if out is not None else _rewrap(like, r)
+    return _module(_choose(act, data, params)).run(act, kind, data, params, out)
+
+
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient of ``sum(grad_out * f(x))``, reduced to its shape."""
+    if type(data[0]) is not np.ndarray or type(data[1]) is not np.ndarray:
+        # memoryviews and pandas objects: their values (the result is shaped like the
+        # parameters, so there is no index to keep)
+        data = tuple(np.asarray(d) if _array_like(d) else d for d in data)
+    return _module(_choose(act, data, params)).backward_params(act, data, params)
+
+
+def backward_all(act, data, params, out) -> tuple:
+    """``(grad_x, grads)``: the backend's one-pass version where it has one and it
+    applies, else :func:`run` of "bwd" and :func:`backward_params`, with the same
+    results."""
+    if not any(_array_like(d) for d in data):  # array-likes: two passes (pandas keeps its index)
+        q = dict(params)
+        fused = getattr(_module(_choose(act, data, q)), "backward_all", None)
+        if fused is not None:
+            res = fused(act, data, q, out)
+            if res is not None:
+                return res
+    if out is not None and any(_may_share(out, a) for a in (*data, *params.values())):
+        # numpy's semantics: every operand (the parameters of backward_params too) is
+        # read before out is written.
+        gp = backward_params(act, data, dict(params))
+        return run(act, "bwd", data, dict(params), out), gp
+    return run(act, "bwd", data, dict(params), out), backward_params(act, data, dict(params))

@@ -1,26 +1,21 @@
-"""CPU fast path: njit loop kernels (single-thread or ``prange``) from the same spec kernels.
+"""CPU loops: njit loop kernels (single-thread or ``prange``) from the same spec kernels.
 
 The numpy ufuncs of :mod:`iglu_np.backends.cpu` are general (any layout, broadcasting,
 casting) but slow where it matters most: a scalar parameter reaches a ``@vectorize``
 loop with stride 0, which keeps Numba on its generic scalar loop, and a ufunc runs on one
-thread. For the common case
-
-* ``x`` (and ``grad_out``) a float32/float64 ``numpy.ndarray`` whose memory is contiguous
-  in some axis order (C, Fortran, any transpose of those; see :func:`axis_order`), same
-  dtype, and ``grad_out`` laid out like ``x``,
-* every parameter a scalar or an array of ``x``'s shape,
-* ``out`` None or an array of ``x``'s dtype and shape laid out like ``x`` (``out is x`` is
-  fine),
-
-:func:`run` calls an ``@njit(parallel=True)`` loop over the flat memory instead (the
-result has ``x``'s layout, as a numpy ufunc's with ``order='K'``). The loop
-body is the *same* compiled scalar kernel the ufunc calls (rebound with vectorisable math,
-no fastmath), so the fast path and ``.ufunc`` agree bit for bit, and a threaded run agrees
-bit for bit with a single-thread one (elementwise work has no order). Arrays of at least
-:data:`THRESHOLD` elements run on ``numba.get_num_threads()`` threads (Numba's settings:
-``NUMBA_NUM_THREADS``, ``numba.set_num_threads``); smaller ones stay on the calling thread,
-where a thread launch would cost more than it saves. Every compiled loop releases the
-GIL (``nogil=True``): Python threads calling activations on different arrays run at once.
+thread. For contiguous float32/float64 operands (C, Fortran, any transpose of those; see
+:func:`axis_order`) the CPU backend (:mod:`iglu_np.backends.cpu_backend`, which decides
+when) calls the loops built here instead: an ``@njit`` loop over the flat memory, or its
+``@njit(parallel=True)`` block version (the result has ``x``'s layout, as a numpy ufunc's
+with ``order='K'``). The loop body is the *same* compiled scalar kernel the ufunc calls
+(rebound with vectorisable math, no fastmath), so the loops and ``.ufunc`` agree bit for
+bit, and a threaded run agrees bit for bit with a single-thread one (elementwise work has
+no order). The backend runs arrays of at least ``cpu_backend.THRESHOLD`` elements on
+``numba.get_num_threads()`` threads (Numba's settings: ``NUMBA_NUM_THREADS``,
+``numba.set_num_threads``) as the busy-machine guard (:func:`launch`) allows; smaller ones
+on the calling thread, where a thread launch would cost more than it saves. Every
+compiled loop releases the GIL (``nogil=True``): Python threads calling activations on
+different arrays run at once.
 
 Parameter gradients (``backward_params``) with scalar parameters are reduced in the loop:
 fixed blocks of :data:`RBLOCK` elements are summed in float64 with 8 interleaved partial
@@ -45,7 +40,7 @@ from .._kinds import Kind
 from .._spec import REGISTRY
 from . import cpu
 
-__all__ = ["run", "backward_params", "THRESHOLD", "kernel"]
+__all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
 _F32 = np.dtype(np.float32)
 _CACHE = os.environ.get("IGLU_NP_FAST_NOCACHE", "") == ""
@@ -58,63 +53,6 @@ _JIT = dict(error_model="numpy", nogil=True)
 # vectors per block) and per reduction block.
 BLOCK = 1 << 15
 RBLOCK = 1 << 12
-
-
-def _env_int(name: str, default: int) -> int:
-    """A non-negative integer from the environment; a clear error naming the variable."""
-    v = os.environ.get(name, "").strip()
-    if not v:
-        return default
-    try:
-        n = int(v.replace("_", ""))
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(
-            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
-            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
-        ) from None
-    return n
-
-
-def _threshold_default() -> int:
-    v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
-    if v:
-        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
-    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
-    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
-    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
-    return 1 << 16
-
-
-THRESHOLD = _threshold_default()
-
-
-def _min_size_default() -> int:
-    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
-
-
-# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
-# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
-# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
-# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
-# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
-# pays it, hot code pays it once. Calls with array parameters or reductions below
-# MIN_SIZE always take the ufunc.
-MIN_SIZE = _min_size_default()
-WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
-
-
-def set_min_size(n: int) -> None:
-    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
-    global MIN_SIZE
-    MIN_SIZE = int(n)
-
-
-def set_threshold(n: int) -> None:
-    """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
-    global THRESHOLD
-    THRESHOLD = int(n)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -301,7 +239,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
 
     ``parallel=False`` gives the single-thread build of the same function (``prange`` is
     ``range``; call it with ``par=False``): compiling the parfor version costs several
-    times more, so it is only built once an array reaches :data:`THRESHOLD` elements."""
+    times more, so it is only built once an array reaches ``cpu_backend.THRESHOLD`` elements."""
     key = (name, kind, parallel)
     k = _kernels.get(key)
     if k is None:
@@ -313,7 +251,9 @@ def kernel(name: str, kind: str, parallel: bool = True):
 
 
 # --------------------------------------------------------------------------- plans
-_plans: dict = {}
+#: (name, kind, dtype char) -> (loop, kernel) built by :func:`plan`, the backend's one
+#: cache of them (a hit is what makes a call warm).
+plans: dict = {}
 
 
 def plan(name: str, kind: str, dt: np.dtype):
@@ -323,7 +263,7 @@ def plan(name: str, kind: str, dt: np.dtype):
     ``kernel`` the ``k_<kind>`` dispatcher for threaded runs. The caller guarantees the
     argument types; parameters may be Python floats or numpy scalars."""
     key = (name, kind, dt.char)
-    p = _plans.get(key)
+    p = plans.get(key)
     if p is None:
         spec = REGISTRY[name]
         t = numba.from_dtype(dt)
@@ -332,7 +272,7 @@ def plan(name: str, kind: str, dt: np.dtype):
         sig = (*ins, arr, nbt.intp, nbt.intp, *([t] * len(spec.param_names)))
         loop = getattr(_module(spec), "l_" + kind)
         loop.compile(sig)
-        p = _plans[key] = (loop.overloads[sig].entry_point, kernel(name, kind))
+        p = plans[key] = (loop.overloads[sig].entry_point, kernel(name, kind))
     return p
 
 
@@ -371,42 +311,6 @@ def empty_like_layout(shape, dt, order):
     return np.empty(tuple(shape[ax] for ax in order), dt).transpose(inv)
 
 
-# --------------------------------------------------------------------------- dispatch
-def _param(v, dt, shape, order=None):
-    """A parameter as the kernel takes it: a numpy scalar of dtype ``dt``, a flat
-    contiguous array of x's shape (in x's memory order ``order``), or None when the fast
-    path does not apply."""
-    tv = type(v)
-    if tv is float or tv is int:
-        return dt.type(v)
-    if isinstance(v, np.generic):
-        return dt.type(v)
-    if isinstance(v, np.ndarray):
-        if v.ndim == 0:
-            return dt.type(v[()])
-        if v.shape == shape:
-            if order is not None and order != tuple(range(len(shape))):
-                v = v.transpose(order)
-            return np.ascontiguousarray(v, dtype=dt).reshape(-1)
-    return None
-
-
-def _flat_in(a, dt, shape, order=None):
-    """``a`` as a 1-d view over its memory when it is a ``dt`` array of ``shape`` laid out
-    in the axis ``order`` (default: its own, if it has one), else None."""
-    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
-        return None
-    if order is None:
-        order = axis_order(a)
-        if order is None:
-            return None
-    return mem_flat(a, order)
-
-
-def _parallel(n: int) -> bool:
-    return n >= THRESHOLD and numba.get_num_threads() > 1
-
-
 _par_lock = threading.Lock()
 _par_threadsafe = False
 
@@ -420,7 +324,7 @@ _par_threadsafe = False
 # its first large call runs on one thread (the baseline: per-element time, the best seen);
 # threaded calls must beat it; two that do not in a row send the kernel's calls to one
 # thread for a cooldown that doubles while the probe after it is still slow (COOL_MIN to
-# COOL_MAX s). Costs two clock reads per call of >= THRESHOLD elements.
+# COOL_MAX s). Costs two clock reads per call of >= cpu_backend.THRESHOLD elements.
 COOL_MIN, COOL_MAX = 0.125, 4.0
 _guard: dict = {}  # threaded kernel -> [single-thread s/element, slow calls, until, period]
 
@@ -471,144 +375,3 @@ def par_call(k, call):
         r = call()
         _par_threadsafe = numba.threading_layer() in ("omp", "tbb")
     return r
-
-
-def run(act, kind: str, vals: list, cdt, out, n_data: int):
-    """Compute ``kind`` through the fast path, or return None when it does not apply."""
-    if cdt is not _F32 and cdt is not _F64 and cdt != _F32 and cdt != _F64:
-        return None
-    x = vals[0]
-    if type(x) is not np.ndarray or x.ndim == 0:
-        return None
-    shape = x.shape
-    order = axis_order(x)
-    if order is None:
-        return None
-    xf = _flat_in(x, cdt, shape, order)
-    if xf is None or xf.size < MIN_SIZE:
-        return None
-    ins = [xf]
-    if n_data == 2:
-        gf = _flat_in(vals[1], cdt, shape, order)
-        if gf is None:
-            return None
-        ins.append(gf)
-    ps = []
-    for v in vals[n_data:]:
-        pv = _param(v, cdt, shape, order)
-        if pv is None:
-            return None
-        ps.append(pv)
-    if out is None:
-        o = empty_like_layout(shape, cdt, order)
-    else:
-        if out.dtype != cdt or out.shape != shape or mem_flat(out, order) is None:
-            return None
-        # Exact aliasing (out is x) is safe elementwise; partial overlap is left to numpy,
-        # which buffers it.
-        for a in vals[:n_data]:
-            if a is not out and np.may_share_memory(a, out) and (
-                a.__array_interface__["data"][0] != out.__array_interface__["data"][0]
-            ):
-                return None
-        for p in ps:
-            if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
-                return None
-        o = out
-    of = mem_flat(o, order)
-    if _parallel(xf.size):
-        k = kernel(act.name, kind, True)
-        launch(k, xf.size, lambda: k(*ins, of, True, *ps),
-               lambda: kernel(act.name, kind, False)(*ins, of, False, *ps))
-    else:
-        kernel(act.name, kind, False)(*ins, of, False, *ps)
-    return o
-
-
-def _reduction_operands(vals: list, cdt):
-    """``(x, grad_out, params, shape, order)`` flat over x's memory for the reductions
-    (every parameter a scalar, x and grad_out laid out alike), else None. Summed in
-    memory order (like numpy's order='K' reductions): a Fortran-ordered x may round
-    differently from its C-ordered copy."""
-    if cdt != _F32 and cdt != _F64:
-        return None
-    x = vals[0]
-    if type(x) is not np.ndarray:
-        return None
-    shape = x.shape
-    order = axis_order(x)
-    if order is None:
-        return None
-    xf = _flat_in(x, cdt, shape, order)
-    gf = _flat_in(vals[1], cdt, shape, order)
-    if xf is None or gf is None:
-        return None
-    ps = []
-    for v in vals[2:]:
-        if isinstance(v, np.ndarray) and v.ndim > 0:
-            return None
-        pv = _param(v, cdt, ())
-        if pv is None:
-            return None
-        ps.append(pv)
-    return xf, gf, ps, shape, order
-
-
-def backward_params(act, vals: list, cdt):
-    """dict param -> 0-d gradient when every parameter is a scalar (else None)."""
-    ops = _reduction_operands(vals, cdt)
-    if ops is None:
-        return None
-    xf, gf, ps, shape, order = ops
-    n = xf.size
-    if n < MIN_SIZE:
-        # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
-        res = {}
-        with np.errstate(all="ignore"):
-            for p in act.param_names:
-                full = act._ufunc("bwd_" + p)(xf, gf, *ps)
-                res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
-        return res
-    part = np.empty(max(1, -(-n // RBLOCK)), np.float64)
-    res = {}
-    for p in act.param_names:
-        if n == 0:
-            part[:] = 0.0
-        elif _parallel(n):
-            k = kernel(act.name, "r_" + p, True)
-            launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                   lambda: kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps))
-        else:
-            kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
-        res[p] = np.asarray(cdt.type(part.sum()))
-    return res
-
-
-def backward_all(act, vals: list, cdt, out):
-    """``(grad_x, {param: 0-d gradient})`` from one pass over x and grad_out when every
-    parameter is a scalar and the operands take the fast path, else None. grad_x and the
-    gradients equal those of ``run(.., "bwd", ..)`` and :func:`backward_params` bit for bit
-    (the same per-element values, block sums and order)."""
-    ops = _reduction_operands(vals, cdt) if act.param_names else None
-    if ops is None or ops[0].size < MIN_SIZE:
-        return None
-    xf, gf, ps, shape, order = ops
-    if out is None:
-        o = empty_like_layout(shape, cdt, order)
-    else:
-        if type(out) is not np.ndarray or out.dtype != cdt or out.shape != shape:
-            return None
-        if mem_flat(out, order) is None or any(np.may_share_memory(a, out) for a in vals[:2]):
-            return None  # overlap: the two-pass path buffers it
-        o = out
-    n = xf.size
-    part = np.empty((len(ps), max(1, -(-n // RBLOCK))), np.float64)
-    of = mem_flat(o, order)
-    if _parallel(n):
-        k = kernel(act.name, "r_all", True)
-        launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-               lambda: kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps))
-    else:
-        kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
-    grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
-    return o, grads

@@ -10,7 +10,7 @@ place. Only when cupy is importable: without it such arrays go to the Numba CUDA
 """
 from __future__ import annotations
 
-__all__ = ["handles", "status", "run", "backward_all", "is_cuda_array"]
+__all__ = ["handles", "status", "run", "backward_params", "backward_all", "is_cuda_array"]
 
 _KDL_CUDA = (2, 13)  # DLPack device types: kDLCUDA, kDLCUDAManaged
 
@@ -91,9 +91,17 @@ def run(act, kind, data, params, out):
 
     cdata, cparams, cout = _args(cupy, data, params, out)
     res = cupy_backend.run(act, kind, cdata, cparams, cout)
-    if isinstance(res, dict):
-        return {k: _like(data[0], v) for k, v in res.items()}
     return out if out is not None else _like(data[0], res)
+
+
+def backward_params(act, data, params) -> dict:
+    import cupy
+
+    from . import cupy_backend
+
+    cdata, cparams, _ = _args(cupy, data, params, None)
+    res = cupy_backend.backward_params(act, cdata, cparams)
+    return {k: _like(data[0], v) for k, v in res.items()}
 
 
 def backward_all(act, data, params, out):

@@ -36,9 +36,11 @@ import numpy as np
 from .._dtypes import all_half as _all_half
 from .._dtypes import compute_dtype as _compute_dtype
 from .._dtypes import widened
+from .._params import values as _values
 from . import cxx
 
-__all__ = ["handles", "status", "run", "get_kernel", "get_vector_kernel", "vector_plan"]
+__all__ = ["handles", "status", "run", "backward_params", "backward_all", "get_kernel",
+           "get_vector_kernel", "vector_plan"]
 
 THREADS = 256
 BLOCKS_PER_SM = 32
@@ -210,7 +212,7 @@ def _prepare(act, data, params):
             host_params[k] = cupy.asnumpy(dev_params[k])
         else:
             host_params[k] = v
-    vals = act._param_values(host_params)
+    vals = _values(act, host_params)
     rdt = None
     for nm, a in zip(_DATA_NAMES, arrs):
         dt = _compute_dtype(name, nm, a.dtype)
@@ -261,28 +263,28 @@ def backward_all(act, data, params, out):
     return (out if out is not None else y), grads
 
 
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient on CuPy arrays, reduced to its shape (in float64)."""
+    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
+    res = {}
+    for i, p in enumerate(act.param_names):
+        full = cupy.empty(shape, dtype=cdt)
+        get_kernel(act.name, "bwd_" + p, cdt)(*arrs, *pargs, full)
+        pshape = np.shape(pargs[i])
+        nlead = len(shape) - len(pshape)
+        axes = tuple(range(nlead)) + tuple(
+            nlead + j for j, n in enumerate(pshape) if n == 1 and shape[nlead + j] != 1
+        )
+        # float64 accumulation, as in the Numba CUDA backend
+        s = full.sum(axis=axes, dtype=np.float64, keepdims=True) if axes else full
+        res[p] = s.reshape(pshape).astype(odt if odt != np.float16 else np.float32)
+    return res
+
+
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
     name = act.name
     cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
-
-    if kind == "backward_params":
-        if len(arrs) != 2:
-            raise TypeError(f"{name}.backward_params needs x and grad_out")
-        res = {}
-        for i, p in enumerate(act.param_names):
-            full = cupy.empty(shape, dtype=cdt)
-            get_kernel(name, "bwd_" + p, cdt)(*arrs, *pargs, full)
-            pshape = np.shape(pargs[i])
-            nlead = len(shape) - len(pshape)
-            axes = tuple(range(nlead)) + tuple(
-                nlead + j for j, n in enumerate(pshape) if n == 1 and shape[nlead + j] != 1
-            )
-            # float64 accumulation, as in the Numba CUDA backend
-            s = full.sum(axis=axes, dtype=np.float64, keepdims=True) if axes else full
-            res[p] = s.reshape(pshape).astype(odt if odt != np.float16 else np.float32)
-        return res
-
     if out is not None:
         if isinstance(out, tuple):
             if len(out) != 1:

@@ -40,8 +40,12 @@ from .._dtypes import F32 as _F32
 from .._dtypes import F64 as _F64
 from .._dtypes import all_half as _all_half
 from .._dtypes import dtype_of as _dtype_of
+from .._params import check as _check
+from .._params import unexpected as _unexpected
+from .._params import values as _values
+from . import run as _dispatch
 
-__all__ = ["handles", "run", "status", "CHUNK_THREADS"]
+__all__ = ["handles", "run", "backward_params", "status", "CHUNK_THREADS"]
 
 #: Numba threads per chunk task (raise it for a scheduler with fewer threads than cores).
 CHUNK_THREADS = 1
@@ -73,7 +77,7 @@ def _chunk(act, kind, n_data, array_names, scalars, *blocks):
     if prev != CHUNK_THREADS:
         numba.set_num_threads(CHUNK_THREADS)
     try:
-        return act._run(kind, blocks[:n_data], params, None)
+        return _dispatch(act, kind, blocks[:n_data], params, None)
     finally:
         if prev != CHUNK_THREADS:
             numba.set_num_threads(prev)
@@ -89,10 +93,7 @@ def _split_params(act, params: dict):
     names = act.param_names
     for k in params:
         if k not in names:
-            raise TypeError(
-                f"{act.name}() got an unexpected keyword argument {k!r}"
-                + (f"; its parameters are {', '.join(names)}" if names else "; it has no parameters")
-            )
+            raise _unexpected(act, k)
     lazy = {k: v for k, v in params.items() if isinstance(v, da.Array)}
     eager = {k: v for k, v in params.items() if k not in lazy}
     for k, v in lazy.items():
@@ -102,9 +103,9 @@ def _split_params(act, params: dict):
             )
     if lazy:
         # The cross-parameter check needs every value; with a lazy one it runs per task.
-        eager = {k: act._check_param(act._params_by_name[k], v) for k, v in eager.items()}
+        eager = {k: _check(act, act.by_name[k], v) for k, v in eager.items()}
     elif eager:
-        vals = act._param_values(eager)
+        vals = _values(act, eager)
         eager = {k: vals[names.index(k)] for k in eager}
     scalars, arrays = {}, {}
     for k, v in eager.items():
@@ -173,10 +174,6 @@ def _arg_names(data, arrays):
 def run(act, kind, data, params, out):
     data = tuple(_as_dask(d) for d in data)
     scalars, arrays = _split_params(act, dict(params))
-    if kind == "backward_params":
-        if out is not None:
-            raise TypeError(f"{act.name}.backward_params() does not take out=")
-        return _backward_params(act, data, scalars, arrays)
     res = _elementwise(act, kind, data, scalars, arrays, _out_dtype(act, data, False))
     if out is None:
         return res
@@ -192,7 +189,10 @@ def run(act, kind, data, params, out):
     return handle_out(out, res)
 
 
-def _backward_params(act, data, scalars, arrays):
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient as a lazy dask array of the parameter's shape."""
+    data = tuple(_as_dask(d) for d in data)
+    scalars, arrays = _split_params(act, dict(params))
     # Same precision as the numpy path: float16 inputs give float32 gradients there,
     # because the elementwise products are summed before any rounding back to float16.
     dtype = _out_dtype(act, data, True)

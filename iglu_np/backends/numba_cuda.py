@@ -43,10 +43,12 @@ from .._dtypes import f32_range_error as _f32_range_error
 from .._dtypes import widened
 from .._kinds import Kind, kinds
 from .._math import BIG, BIG64
+from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
 
-__all__ = ["handles", "status", "run", "device_function", "kernel_python", "compile_ptx", "simulator"]
+__all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function",
+           "kernel_python", "compile_ptx", "simulator"]
 
 THREADS = 256  # per block on a GPU; also the shared-memory size of the reduction
 SIM_THREADS = 8  # the simulator runs one Python thread per CUDA thread: keep it small
@@ -438,7 +440,7 @@ def backward_all(act, data, params, out):
     if tuple(devs[0].shape) != tuple(devs[1].shape) or devs[0].dtype != devs[1].dtype:
         return None
     cdt = _compute_dtype(act.name, "x", np.dtype(devs[0].dtype))
-    vals = act._param_values(params)
+    vals = _values(act, params)
     if widened(cdt, vals) != cdt:
         return None
     shape = tuple(devs[0].shape)
@@ -713,8 +715,10 @@ def _device_ctx(cuda, obj):
 _DATA_NAMES = ("x", "grad_out")
 
 
-def run(act, kind, data, params, out):
-    """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
+def _operands(act, data, params):
+    """Device views of the data, compute and output dtypes, the stream, the parameter
+    arguments (compute-dtype scalars or device arrays; ``arrays`` says which) and the
+    broadcast shape."""
     cuda = _cuda()
     name = act.name
     for nm, d in zip(_DATA_NAMES, data):
@@ -740,7 +744,7 @@ def run(act, kind, data, params, out):
             host_params[k] = dev_params[k].copy_to_host()
         else:
             host_params[k] = v
-    vals = act._param_values(host_params)
+    vals = _values(act, host_params)
     if cdt == np.float32:
         _f32_range_error(act, vals, "numba_cuda")
     stream = _stream(cuda, [*data])
@@ -760,15 +764,23 @@ def run(act, kind, data, params, out):
         shape = np.broadcast_shapes(*shapes)
     except ValueError:
         raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
+    return cuda, devs, cdt, odt, stream, pargs, arrays, shape
 
+
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient on device arrays, reduced to its shape (one fused
+    pass per parameter, accumulated in float64)."""
+    cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
     with _device_ctx(cuda, data[0]):
-        if kind == "backward_params":
-            if len(devs) == 1:
-                raise TypeError(f"{name}.backward_params needs x and grad_out")
-            res = {}
-            for k, p in enumerate(act.param_names):
-                res[p] = _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
-            return res
+        return {p: _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
+                for k, p in enumerate(act.param_names)}
+
+
+def run(act, kind, data, params, out):
+    """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
+    name = act.name
+    cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
+    with _device_ctx(cuda, data[0]):
         if out is not None:
             if isinstance(out, tuple):
                 if len(out) != 1:

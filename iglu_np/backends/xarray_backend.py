@@ -19,8 +19,10 @@ import numpy as np
 import xarray as xr
 
 from .._dtypes import unbroadcast as _unbroadcast
+from . import backward_params as _dispatch_backward_params
+from . import run as _dispatch
 
-__all__ = ["handles", "run", "status"]
+__all__ = ["handles", "run", "backward_params", "status"]
 
 
 def handles(array) -> bool:
@@ -34,7 +36,7 @@ def status():
 def _call(act, kind, n_data, labelled, plain, *arrays):
     params = dict(plain)
     params.update(zip(labelled, arrays[n_data:]))
-    return act._run(kind, arrays[:n_data], params, None)
+    return _dispatch(act, kind, arrays[:n_data], params, None)
 
 
 def _apply(act, kind, data, labelled, plain):
@@ -54,8 +56,13 @@ def run(act, kind, data, params, out):
     if out is not None:
         raise TypeError(f"{act.name}: out= is not supported for xarray inputs")
     labelled, plain = _split(dict(params))
-    if kind != "backward_params":
-        return _apply(act, kind, data, labelled, plain)
+    return _apply(act, kind, data, labelled, plain)
+
+
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient: a ``DataArray`` with a labelled parameter's dims and
+    coords, else an array of the parameter's shape."""
+    labelled, plain = _split(dict(params))
     if not labelled:
         # Nothing to align by name: line x and grad_out up and use the array backend's
         # own reduction (numpy or dask), which returns arrays of the parameters' shapes.
@@ -64,7 +71,7 @@ def run(act, kind, data, params, out):
         dims = arrs[0].dims
         it = iter(a.transpose(*dims).data for a in arrs)
         plain_data = [next(it) if isinstance(d, xr.DataArray) else d for d in data]
-        return act.backward_params(*plain_data, **plain)
+        return _dispatch_backward_params(act, tuple(plain_data), dict(plain))
     # float16 data gives float32 gradients on numpy: sum before rounding to float16.
     data = tuple(
         d.astype(np.float32) if getattr(d, "dtype", None) == np.float16 else d for d in data

@@ -1,0 +1,503 @@
+"""CPU backend: numpy arrays, numpy scalars, Python numbers and lists, through Numba.
+
+Two kinds of compiled code, both from the spec's scalar kernels and bit-identical:
+
+* numpy ufuncs (:mod:`iglu_np.backends.cpu`): any layout, broadcasting, casting, ``out=``
+  with numpy's semantics; one thread;
+* njit loops over flat memory (:mod:`iglu_np.backends.cpu_fast`): contiguous float32/64
+  operands of one shape; vectorised with scalar parameters, threaded from
+  :data:`THRESHOLD` elements.
+
+Which one runs is decided here, on three paths:
+
+* :func:`fast`: the warm common case, tried by the dispatcher before anything else;
+* :func:`run`, :func:`backward_params`, :func:`backward_all`: the general path (every
+  operand kind, every error message), which still takes the loops where the operands fit.
+
+Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
+calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
+seconds of an njit compile; from :data:`THRESHOLD` elements the loops run on all Numba
+threads. This module is not part of the on-disk kernel cache key: editing it recompiles
+nothing.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .._dtypes import F16 as _F16
+from .._dtypes import F32 as _F32
+from .._dtypes import F64 as _F64
+from .._dtypes import all_half as _all_half
+from .._dtypes import beyond_f32 as _beyond_f32
+from .._dtypes import dtype_of as _dtype_of
+from .._dtypes import unbroadcast as _unbroadcast
+from .._dtypes import widened
+from .._params import values as _values
+from . import cpu
+
+__all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold",
+           "set_min_size", "handles", "status", "ufunc", "fast", "run", "backward_params",
+           "backward_all"]
+
+#: Operands this backend takes (memoryviews and pandas objects are unwrapped before).
+HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
+
+
+def _env_int(name: str, default: int) -> int:
+    """A non-negative integer from the environment; a clear error naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        n = int(v.replace("_", ""))
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(
+            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
+            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
+        ) from None
+    return n
+
+
+def _threshold_default() -> int:
+    v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
+    if v:
+        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
+    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
+    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
+    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
+    return 1 << 16
+
+
+THRESHOLD = _threshold_default()
+
+
+def _min_size_default() -> int:
+    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
+
+
+# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
+# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
+# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
+# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
+# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
+# pays it, hot code pays it once. Calls with array parameters or reductions below
+# MIN_SIZE always take the ufunc.
+MIN_SIZE = _min_size_default()
+WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
+
+
+def set_min_size(n: int) -> None:
+    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
+    global MIN_SIZE
+    MIN_SIZE = int(n)
+
+
+def set_threshold(n: int) -> None:
+    """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
+    global THRESHOLD
+    THRESHOLD = int(n)
+
+
+_FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
+_calls: dict = {}  # (name, kind, dtype char) -> small calls served by the ufunc so far
+
+
+def _loops():
+    global _FAST
+    if _FAST is None:
+        from . import cpu_fast
+
+        _FAST = cpu_fast
+    return _FAST
+
+
+def handles(array) -> bool:
+    return isinstance(array, HOST_TYPES)
+
+
+def status():
+    """(usable, detail) for ``iglu-np info``."""
+    import numba
+
+    fast = _FAST or _loops()
+    return True, (f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
+                  f"thread(s) from {THRESHOLD:,} elements, "
+                  f"{len(fast.plans)} loop(s) loaded, cache {cpu._gen_dir()}")
+
+
+def ufunc(name: str, kind: str) -> np.ufunc:
+    """The raw numpy ufunc of kernel ``kind`` of activation ``name``."""
+    return cpu.get_ufunc(name, kind)
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two arrays over exactly the same elements in the same order (elementwise aliasing
+    is safe then; any other overlap needs numpy's buffering)."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.strides == b.strides and a.shape == b.shape)
+
+
+# --------------------------------------------------------------------------- fast path
+def fast(act, kind, data, params, out):
+    """The common case without the general machinery: aligned float32/64 numpy arrays
+    of one dtype and shape whose memory is contiguous (C order; or Fortran/transposed,
+    then all laid out alike), scalar parameters, ``out`` None or a matching array (or
+    x/grad_out itself). Returns None to fall back to the general path, which also
+    produces every error message but the parameters' (validated here)."""
+    x = data[0]
+    if type(x) is not np.ndarray:
+        return None
+    dt = x.dtype
+    if (dt is not _F32 and dt is not _F64) or x.ndim == 0:
+        return None
+    fl = x.flags
+    if not fl.aligned:
+        return None
+    order = None  # C order; else the axis order of x's memory (cpu_fast.axis_order)
+    if not fl.c_contiguous:
+        order = (_FAST or _loops()).axis_order(x)
+        if order is None:
+            return None
+    shape = x.shape
+    g = None
+    if len(data) == 2:
+        g = data[1]
+        if type(g) is not np.ndarray or g.dtype is not dt or g.shape != shape:
+            return None
+        fl = g.flags
+        if not ((fl.c_contiguous and fl.aligned) if order is None else
+                (fl.aligned and _FAST.mem_flat(g, order) is not None)):
+            return None
+    if params:
+        vals = _values(act, params)  # validates; raises the usual errors
+        if dt is _F32 and _beyond_f32(vals) is not None:
+            return None  # computed in float64 by the general path
+        for v in vals:
+            tv = type(v)
+            if tv is not float and tv is not int and not isinstance(v, np.floating):
+                return None
+    else:
+        vals = act.defaults
+    if out is None:
+        o = np.empty(shape, dt) if order is None else _FAST.empty_like_layout(shape, dt, order)
+    else:
+        if type(out) is not np.ndarray or out.dtype is not dt or out.shape != shape:
+            return None
+        fl = out.flags
+        if not ((fl.c_contiguous and fl.aligned and fl.writeable) if order is None else
+                (fl.aligned and fl.writeable and _FAST.mem_flat(out, order) is not None)):
+            return None
+        # Each operand on its own: out may be exactly x (or g), elementwise that is
+        # safe; any other overlap (a shifted view) goes to numpy's buffered path. Two
+        # arrays that own their memory cannot overlap: skip the 0.5 us may_share_memory
+        # for the usual preallocated buffers.
+        for a in (x, g):
+            if a is None or a is out or (out.base is None and a.base is None):
+                continue
+            if np.may_share_memory(out, a) and not _same_view(out, a):
+                return None
+        o = out
+    fast = _FAST or _loops()
+    n = x.size
+    key = (act.name, kind, dt.char)
+    p = fast.plans.get(key)
+    if p is None:
+        if n < MIN_SIZE:
+            # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
+            # (bit-identical); the njit loop, seconds to compile, only for hot ones.
+            c = _calls[key] = _calls.get(key, 0) + 1
+            if c <= WARM_CALLS:
+                ins = (x,) if g is None else (x, g)
+                with np.errstate(all="ignore"):  # FP flags of discarded branches
+                    cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
+                return o
+        p = fast.plan(act.name, kind, dt)
+    loop, par_kernel = p
+    if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
+        x = fast.mem_flat(x, order)
+        o1 = fast.mem_flat(o, order)
+        if g is not None:
+            g = fast.mem_flat(g, order)
+    elif x.ndim != 1:
+        x = x.reshape(-1)
+        o1 = o.reshape(-1)
+        if g is not None:
+            g = g.reshape(-1)
+    else:
+        o1 = o
+    ins = (x,) if g is None else (x, g)
+    if n >= THRESHOLD and fast.numba.get_num_threads() > 1:
+        # typed parameters: the dispatcher would type a Python float as float64
+        tv = [dt.type(v) for v in vals]
+        fast.launch(par_kernel, n, lambda: par_kernel(*ins, o1, True, *tv),
+                    lambda: loop(*ins, o1, 0, n, *vals))
+    else:
+        loop(*ins, o1, 0, n, *vals)
+    return o
+
+
+# --------------------------------------------------------------------------- general path
+def _prepare(act, names, data, params):
+    """The validated parameter values after the data, and the compute dtype."""
+    vals = _values(act, params)
+    cdt = None
+    for nm, d in zip(names, data):
+        # NEP 50: a Python float/int/bool is "weak" and takes the other operand's
+        # dtype (backward(x_f32, 2.0) stays float32); alone, it computes in float64.
+        if type(d) in (float, int, bool):
+            continue
+        dt = _dtype_of(act.name, nm, d)
+        cdt = dt if cdt is None else np.promote_types(cdt, dt)
+    return list(data) + vals, (_F64 if cdt is None else cdt)
+
+
+def _call_ufunc(act, kind, vals, cdt, out):
+    # Kernels may raise FP flags in branches they discard (inf*0, overflow in a tail
+    # that is then replaced by its limit): numpy would turn them into warnings.
+    try:
+        with np.errstate(all="ignore"):
+            return cpu.get_ufunc(act.name, kind)(*vals, out=out, dtype=cdt)
+    except ValueError as e:
+        raise ValueError(f"{act.name}: {e}") from None
+    except TypeError as e:
+        raise TypeError(f"{act.name}: {e}") from None
+
+
+def run(act, kind, data, params, out):
+    """Kernel ``kind`` with numpy's ufunc semantics (see iglu_np.backends)."""
+    vals, cdt = _prepare(act, ("x", "grad_out") if len(data) == 2 else ("x",), data, params)
+    if out is not None:
+        if isinstance(out, tuple):
+            if len(out) != 1:
+                raise ValueError(f"{act.name}: out= must be one array")
+            out = out[0]
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{act.name}: out= must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{act.name}: out= is read-only")
+    wdt = widened(cdt, vals[len(data):])
+    r = _run_loops(act, kind, vals, cdt, out, len(data)) if wdt == cdt else None
+    if r is None:
+        r = _call_ufunc(act, kind, vals, wdt, out)
+        if out is None and wdt != cdt:
+            with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
+                r = r.astype(cdt)
+    if out is None and cdt == _F32 and _all_half(data):
+        with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
+            r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
+    return r
+
+
+def backward_params(act, data, params) -> dict:
+    """Each parameter's gradient reduced to its shape (see Activation.backward_params)."""
+    vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
+    wdt = widened(cdt, vals[2:])
+    res = _reduce_params(act, vals, cdt) if wdt == cdt else None
+    if res is not None:
+        return res
+    res = {}
+    for i, p in enumerate(act.param_names):
+        full = _call_ufunc(act, "bwd_" + p, vals, wdt, None)
+        pshape = np.shape(vals[2 + i])
+        with np.errstate(over="ignore"):
+            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape)).astype(cdt, copy=False)
+    return res
+
+
+def backward_all(act, data, params, out):
+    """``(grad_x, grads)`` from one pass of the loops, or None where they do not apply
+    (no parameters, array parameters, layouts or sizes they do not take, overlap)."""
+    if not act.param_names:
+        return None
+    vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
+    return _fused_backward(act, vals, cdt, out) if widened(cdt, vals[2:]) == cdt else None
+
+
+# --------------------------------------------------------------------------- loops
+# The general path's use of the njit loops: parameters may also be arrays of x's shape
+# (elementwise kinds), operands are checked the slow, thorough way.
+def _parallel(n: int) -> bool:
+    fast = _FAST or _loops()
+    return n >= THRESHOLD and fast.numba.get_num_threads() > 1
+
+
+def _param(v, dt, shape, order=None):
+    """A parameter as the loop takes it: a numpy scalar of dtype ``dt``, a flat
+    contiguous array of x's shape (in x's memory order ``order``), or None when the loops
+    do not apply."""
+    tv = type(v)
+    if tv is float or tv is int:
+        return dt.type(v)
+    if isinstance(v, np.generic):
+        return dt.type(v)
+    if isinstance(v, np.ndarray):
+        if v.ndim == 0:
+            return dt.type(v[()])
+        if v.shape == shape:
+            if order is not None and order != tuple(range(len(shape))):
+                v = v.transpose(order)
+            return np.ascontiguousarray(v, dtype=dt).reshape(-1)
+    return None
+
+
+def _flat_in(a, dt, shape, order=None):
+    """``a`` as a 1-d view over its memory when it is a ``dt`` array of ``shape`` laid out
+    in the axis ``order`` (default: its own, if it has one), else None."""
+    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
+        return None
+    fast = _FAST or _loops()
+    if order is None:
+        order = fast.axis_order(a)
+        if order is None:
+            return None
+    return fast.mem_flat(a, order)
+
+
+def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
+    """Compute ``kind`` through the loops, or return None when they do not apply."""
+    if cdt is not _F32 and cdt is not _F64 and cdt != _F32 and cdt != _F64:
+        return None
+    x = vals[0]
+    if type(x) is not np.ndarray or x.ndim == 0:
+        return None
+    fast = _FAST or _loops()
+    shape = x.shape
+    order = fast.axis_order(x)
+    if order is None:
+        return None
+    xf = _flat_in(x, cdt, shape, order)
+    if xf is None or xf.size < MIN_SIZE:
+        return None
+    ins = [xf]
+    if n_data == 2:
+        gf = _flat_in(vals[1], cdt, shape, order)
+        if gf is None:
+            return None
+        ins.append(gf)
+    ps = []
+    for v in vals[n_data:]:
+        pv = _param(v, cdt, shape, order)
+        if pv is None:
+            return None
+        ps.append(pv)
+    if out is None:
+        o = fast.empty_like_layout(shape, cdt, order)
+    else:
+        if out.dtype != cdt or out.shape != shape or fast.mem_flat(out, order) is None:
+            return None
+        # Exact aliasing (out is x) is safe elementwise; partial overlap is left to numpy,
+        # which buffers it.
+        for a in vals[:n_data]:
+            if a is not out and np.may_share_memory(a, out) and (
+                a.__array_interface__["data"][0] != out.__array_interface__["data"][0]
+            ):
+                return None
+        for p in ps:
+            if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
+                return None
+        o = out
+    of = fast.mem_flat(o, order)
+    if _parallel(xf.size):
+        k = fast.kernel(act.name, kind, True)
+        fast.launch(k, xf.size, lambda: k(*ins, of, True, *ps),
+                    lambda: fast.kernel(act.name, kind, False)(*ins, of, False, *ps))
+    else:
+        fast.kernel(act.name, kind, False)(*ins, of, False, *ps)
+    return o
+
+
+def _reduction_operands(vals: list, cdt):
+    """``(x, grad_out, params, shape, order)`` flat over x's memory for the reductions
+    (every parameter a scalar, x and grad_out laid out alike), else None. Summed in
+    memory order (like numpy's order='K' reductions): a Fortran-ordered x may round
+    differently from its C-ordered copy."""
+    if cdt != _F32 and cdt != _F64:
+        return None
+    x = vals[0]
+    if type(x) is not np.ndarray:
+        return None
+    shape = x.shape
+    order = (_FAST or _loops()).axis_order(x)
+    if order is None:
+        return None
+    xf = _flat_in(x, cdt, shape, order)
+    gf = _flat_in(vals[1], cdt, shape, order)
+    if xf is None or gf is None:
+        return None
+    ps = []
+    for v in vals[2:]:
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            return None
+        pv = _param(v, cdt, ())
+        if pv is None:
+            return None
+        ps.append(pv)
+    return xf, gf, ps, shape, order
+
+
+def _reduce_params(act, vals: list, cdt):
+    """dict param -> 0-d gradient when every parameter is a scalar (else None): fixed
+    blocks of ``cpu_fast.RBLOCK`` elements summed in float64 (see cpu_fast), so the result
+    does not depend on the thread count."""
+    ops = _reduction_operands(vals, cdt)
+    if ops is None:
+        return None
+    fast = _FAST or _loops()
+    xf, gf, ps, shape, order = ops
+    n = xf.size
+    if n < MIN_SIZE:
+        # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
+        res = {}
+        with np.errstate(all="ignore"):
+            for p in act.param_names:
+                full = cpu.get_ufunc(act.name, "bwd_" + p)(xf, gf, *ps)
+                res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
+        return res
+    part = np.empty(max(1, -(-n // fast.RBLOCK)), np.float64)
+    res = {}
+    for p in act.param_names:
+        if n == 0:
+            part[:] = 0.0
+        elif _parallel(n):
+            k = fast.kernel(act.name, "r_" + p, True)
+            fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
+                        lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps))
+        else:
+            fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
+        res[p] = np.asarray(cdt.type(part.sum()))
+    return res
+
+
+def _fused_backward(act, vals: list, cdt, out):
+    """``(grad_x, {param: 0-d gradient})`` from one pass over x and grad_out when every
+    parameter is a scalar and the operands fit the loops, else None. grad_x and the
+    gradients equal those of the ``bwd`` loop and :func:`_reduce_params` bit for bit
+    (the same per-element values, block sums and order)."""
+    ops = _reduction_operands(vals, cdt)
+    fast = _FAST or _loops()
+    if ops is None or ops[0].size < MIN_SIZE:
+        return None
+    xf, gf, ps, shape, order = ops
+    if out is None:
+        o = fast.empty_like_layout(shape, cdt, order)
+    else:
+        if type(out) is not np.ndarray or out.dtype != cdt or out.shape != shape:
+            return None
+        if fast.mem_flat(out, order) is None or any(np.may_share_memory(a, out) for a in vals[:2]):
+            return None  # overlap: the two-pass path buffers it
+        o = out
+    n = xf.size
+    part = np.empty((len(ps), max(1, -(-n // fast.RBLOCK))), np.float64)
+    of = fast.mem_flat(o, order)
+    if _parallel(n):
+        k = fast.kernel(act.name, "r_all", True)
+        fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
+                    lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps))
+    else:
+        fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
+    grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
+    return o, grads
