@@ -31,6 +31,11 @@ import threading
 import time
 import types
 
+try:
+    import fcntl
+except ImportError:  # Windows: Numba's own behaviour, unlocked
+    fcntl = None
+
 import numba
 import numpy as np
 from numba import types as nbt
@@ -53,6 +58,33 @@ _JIT = dict(error_model="numpy", nogil=True)
 # vectors per block) and per reduction block.
 BLOCK = 1 << 15
 RBLOCK = 1 << 12
+
+
+# --------------------------------------------------------------------------- cache
+def _serialised_saves(disp):
+    """``disp`` with its on-disk cache saves under an exclusive file lock (POSIX).
+
+    Numba's cache index is read-modify-write: two processes saving different signatures
+    of one function at once (pytest -n 2, a process pool; a cold cache) can both take
+    data file 1, and the index then names the other signature's machine code. Seen: the
+    float32 loop's entry pointing at float64 code (plan's check caught it; a dispatcher
+    call would have run it). Serialised, every save reads the other's index entry."""
+    cf = getattr(getattr(disp, "_cache", None), "_cache_file", None)
+    if cf is None or fcntl is None:
+        return disp
+    save, lock = cf.save, cf._index_path + ".lock"
+
+    def locked_save(key, data):
+        with open(lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when f closes
+            save(key, data)
+
+    cf.save = locked_save
+    return disp
+
+
+def _njit(fn, **opts):
+    return _serialised_saves(numba.njit(cache=_CACHE, **_JIT, **opts)(fn))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -221,12 +253,11 @@ def _module(spec):
         sys.modules[modname] = mod
         exec(compile(src, str(path), "exec"), ns)
         for kind in cpu.kernel_kinds(spec):
-            ns["l_" + kind] = numba.njit(cache=_CACHE, **_JIT)(ns["l_" + kind])
+            ns["l_" + kind] = _njit(ns["l_" + kind])
         for p in spec.param_names:
-            ns[f"_blk_{p}"] = numba.njit(inline="always", cache=_CACHE, **_JIT)(
-                ns[f"_blk_{p}"])
+            ns[f"_blk_{p}"] = _njit(ns[f"_blk_{p}"], inline="always")
         if spec.param_names:
-            ns["_blk_all"] = numba.njit(inline="always", cache=_CACHE, **_JIT)(ns["_blk_all"])
+            ns["_blk_all"] = _njit(ns["_blk_all"], inline="always")
         _mods[spec.name] = mod
         return mod
 
@@ -245,7 +276,7 @@ def kernel(name: str, kind: str, parallel: bool = True):
     if k is None:
         mod = _module(REGISTRY[name])
         fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)  # r_<p>, r_all
-        k = numba.njit(parallel=parallel, cache=_CACHE, **_JIT)(fn)
+        k = _njit(fn, parallel=parallel)
         _kernels[key] = k
     return k
 
@@ -272,7 +303,16 @@ def plan(name: str, kind: str, dt: np.dtype):
         sig = (*ins, arr, nbt.intp, nbt.intp, *([t] * len(spec.param_names)))
         loop = getattr(_module(spec), "l_" + kind)
         loop.compile(sig)
-        p = plans[key] = (loop.overloads[sig].entry_point, kernel(name, kind))
+        cres = loop.overloads.get(sig)
+        if cres is None:
+            # the cache's index named another signature's code (a concurrent save before
+            # _serialised_saves, or a foreign writer): compile this one afresh, uncached
+            from numba.core.caching import NullCache
+
+            loop._cache = NullCache()
+            loop.compile(sig)
+            cres = loop.overloads[sig]
+        p = plans[key] = (cres.entry_point, kernel(name, kind))
     return p
 
 
