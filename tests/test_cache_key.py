@@ -136,3 +136,37 @@ def test_key_follows_the_loaded_code_not_only_the_file():
     k_loaded = cpu.kernel_hash(spec, read=same_files)
     k_edited = cpu.kernel_hash(dataclasses.replace(spec, f=edited), read=same_files)
     assert k_loaded != k_edited
+
+
+def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from iglu_np.backends import cpu
+
+    monkeypatch.setitem(cpu._state, "dir", tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    old = time.time() - cpu.PRUNE_AFTER_S - 3600
+
+    def touch(name, mtime):
+        p = tmp_path / name
+        p.write_text("x")
+        os.utime(p, (mtime, mtime))
+        return p
+
+    h0, h1, h2 = "0" * 16, "1" * 16, "2" * 16
+    stale = [touch(f"relu_{h0}.py", old), touch(f"__pycache__/relu_{h0}.k_fwd-9.py311.nbi", old),
+             touch(f"__pycache__/relu_{h0}.k_fwd-9.py311.1.nbc", old)]
+    h3 = "3" * 16
+    kept = [touch(f"relu_{h1}.py", time.time()),  # another key, written recently
+            # one file of a key written recently keeps the whole key
+            touch(f"relu_{h3}.py", old), touch(f"__pycache__/relu_{h3}.f-1.nbi", time.time()),
+            touch(f"relu_a_{h0}.py", old), touch(f"fast_relu_{h0}.py", old)]  # other modules
+    path = cpu.write_generated("relu", h2, "src = 1\n")
+    assert path.read_text() == "src = 1\n"
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)
+    # an existing key prunes nothing
+    again = touch(f"relu_{h0}.py", old)
+    cpu.write_generated("relu", h2, "src = 1\n")
+    assert again.exists()

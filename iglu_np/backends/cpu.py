@@ -28,9 +28,11 @@ import hashlib
 import inspect
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -219,6 +221,46 @@ def _gen_dir() -> Path:
     raise RuntimeError("iglu_np: no writable cache directory (set IGLU_NP_CACHE_DIR)")
 
 
+#: Another key's files of a generated module are deleted, once a new key of it is written,
+#: when none of them has been written for this long: an upgrade or an edit leaves the old
+#: key behind (a few days of development here left 240 MB, 10,000 files). A process still
+#: using an old key then recompiles it, nothing worse.
+PRUNE_AFTER_S = 7 * 86400
+_KEYED = re.compile(r"^(?P<stem>.+)_(?P<h>[0-9a-f]{16})\.")
+
+
+def write_generated(stem: str, h: str, src: str) -> Path:
+    """``<cache dir>/<stem>_<h>.py`` holding ``src`` (written atomically where missing or
+    different); writing a new key prunes the stem's stale keys (:data:`PRUNE_AFTER_S`)."""
+    d = _gen_dir()
+    path = d / f"{stem}_{h}.py"
+    new = not path.exists()
+    if new or path.read_text() != src:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(src)
+        os.replace(tmp, path)
+    if new:
+        _prune(d, stem, h)
+    return path
+
+
+def _prune(d: Path, stem: str, keep: str) -> None:
+    keys = {}
+    for f in [*d.glob(f"{stem}_*"), *(d / "__pycache__").glob(f"{stem}_*")]:
+        m = _KEYED.match(f.name)
+        if m is not None and m["stem"] == stem and m["h"] != keep:  # gelu is not gelu_a
+            keys.setdefault(m["h"], []).append(f)
+    now = time.time()
+    for files in keys.values():
+        try:
+            if now - max(f.stat().st_mtime for f in files) < PRUNE_AFTER_S:
+                continue
+            for f in files:
+                f.unlink()
+        except OSError:  # another process pruned or rewrote it first
+            continue
+
+
 def _rebinder() -> Rebinder:
     rb = _state.get("rebinder")
     if rb is None:
@@ -263,11 +305,7 @@ def _module(spec):
     src = _wrapper_source(spec)
     h = kernel_hash(spec)
     modname = f"iglu_np._generated_cpu_{spec.name}_{h}"
-    path = _gen_dir() / f"{spec.name}_{h}.py"
-    if not path.exists() or path.read_text() != src:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(src)
-        os.replace(tmp, path)
+    path = write_generated(spec.name, h, src)
     mod = types.ModuleType(modname)
     mod.__file__ = str(path)
     rb = _rebinder()

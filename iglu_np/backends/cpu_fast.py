@@ -237,11 +237,7 @@ def _module(spec):
         src = _source(spec)
         h = cpu.kernel_hash(spec, extra=("backends/cpu_fast.py",))
         modname = f"iglu_np._generated_cpu_fast_{spec.name}_{h}"
-        path = cpu._gen_dir() / f"fast_{spec.name}_{h}.py"
-        if not path.exists() or path.read_text() != src:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(src)
-            os.replace(tmp, path)
+        path = cpu.write_generated(f"fast_{spec.name}", h, src)
         scalar = cpu._module(spec).__dict__
         mod = types.ModuleType(modname)
         mod.__file__ = str(path)
