@@ -92,7 +92,9 @@ def horner(v, c):
     """``sum(c[k] * v**k)`` (ascending coefficients, cast to v's type) as straight-line
     code. The CPU backend compiles :func:`iglu_np._math.horner` as this: the loop over a
     tuple there is not always fully unrolled by LLVM (degree >= 10 was not), and a loop
-    left inside the element loop keeps the element loop scalar."""
+    left inside the element loop keeps the element loop scalar. Compiled, each step is a
+    fused multiply-add (as in the C++); this Python form (the CUDA simulator's) rounds
+    twice, within the simulator's ulp tolerance."""
     T = type(v)
     r = T(c[len(c) - 1])
     for k in range(len(c) - 2, -1, -1):
@@ -103,13 +105,26 @@ def horner(v, c):
 _HORNER_IMPLS: dict = {}
 
 
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """a * b + c rounded once (llvm.fma: vfmadd on x86-64 since Haswell)."""
+    sig = a(a, b, c)
+
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
 def _horner_impl(n: int):
     impl = _HORNER_IMPLS.get(n)
     if impl is None:
         lines = ["def horner_unrolled(v, c):", "    T = type(v)", f"    r = T(c[{n - 1}])"]
-        lines += [f"    r = r * v + T(c[{k}])" for k in range(n - 2, -1, -1)]
+        # fused steps: 10-30% faster loops measured (gelu float32 2.58 -> 1.79 ns/el on one
+        # thread, tanh 0.76 -> 0.67) and one rounding per step; the C++ horner matches
+        lines += [f"    r = _fma(r, v, T(c[{k}]))" for k in range(n - 2, -1, -1)]
         lines.append("    return r")
-        ns: dict = {}
+        ns: dict = {"_fma": _fma}
         exec(compile("\n".join(lines), f"<iglu_np._vmath.horner[{n}]>", "exec"), ns)
         impl = _HORNER_IMPLS[n] = ns["horner_unrolled"]
     return impl

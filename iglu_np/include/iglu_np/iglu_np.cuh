@@ -37,6 +37,7 @@ namespace iglu_np {
 using std::copysign;
 using std::fabs;
 using std::floor;
+using std::fma;
 using std::ceil;
 using std::isfinite;
 using std::isinf;
@@ -129,12 +130,18 @@ IGLU_NP_HOST_DEVICE double inf_d() { return from_bits(0x7FF0000000000000LL, 0.0)
 IGLU_NP_HOST_DEVICE double nan_d() { return from_bits(0x7FF8000000000000LL, 0.0); }
 
 // ``c0 + c1 v + c2 v^2 + ...`` by Horner's rule, coefficients ascending, each rounded to T
-// first: r = T(c[n-1]); r = r*v + T(c[k]) -- the order of _math.horner and _vmath.horner.
+// first: r = T(c[n-1]); r = fma(r, v, T(c[k])) -- the CPU's _vmath.horner, step for step
+// (an explicit fma rounds once on both; --fmad=false only stops implicit contraction).
+// IGLU_NP_HORNER_NO_FMA: the tests' build that shows NVRTC contracts nothing else.
 template <class T> IGLU_NP_HOST_DEVICE T horner(T, double c) { return T(c); }
 
 template <class T, class... R>
 IGLU_NP_HOST_DEVICE T horner(T v, double c0, double c1, R... rest) {
+#ifdef IGLU_NP_HORNER_NO_FMA
   return horner(v, c1, rest...) * v + T(c0);
+#else
+  return fma(horner(v, c1, rest...), v, T(c0));
+#endif
 }
 
 }  // namespace iglu_np
