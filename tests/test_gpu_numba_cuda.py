@@ -89,7 +89,7 @@ def _full_cases():
     return out
 
 
-def _check_hygiene(ptx, name, kind, dt, arrays):
+def _check_hygiene(ptx, name, kind, dt, arrays, exact=True):
     st = H.ptx_stats(ptx)
     assert st["local"] == 0, f"{name}.{kind} {dt}: PTX uses local memory"
     # _vmath's elementary functions, not libdevice's: its float32 exp is ex2.approx.ftz,
@@ -101,8 +101,9 @@ def _check_hygiene(ptx, name, kind, dt, arrays):
         # the float32 hypot that the Python asks for (cxx.asks_float64)
         assert st["f64_ops"] == 0, f"{name}.{kind} float32 kernel has float64 instructions"
     if not kind.startswith("sum"):
-        n_in = (2 if kind.startswith("bwd") else 1) + sum(arrays)
-        H.assert_single_pass(ptx, n_in, f"{name}.{kind} {dt}")
+        n_data = 2 if kind.startswith("bwd") else 1
+        H.assert_single_pass(ptx, n_data + sum(arrays), f"{name}.{kind} {dt}",
+                             n_always=None if exact else n_data)
     return st
 
 
@@ -131,7 +132,7 @@ def test_kernel_ptx_full_matrix(nc, name, kind, dt, cc):
     n = len(REGISTRY[name].params)
     for arrays in {(False,) * n, (True,) * n}:
         ptx = nc.compile_ptx(name, kind, dt, cc=cc, arrays=arrays)
-        _check_hygiene(ptx, name, kind, dt, arrays)
+        _check_hygiene(ptx, name, kind, dt, arrays, exact=False)
         _ptxas_check(ptx, cc)
 
 
