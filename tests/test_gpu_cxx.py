@@ -36,7 +36,7 @@ from . import gpu_helpers as H
 
 NAMES = sorted(REGISTRY)
 
-NO_FMA_HORNER = ("-DIGLU_NP_HORNER_NO_FMA",)
+NO_EXPLICIT_FMA = ("-DIGLU_NP_NO_EXPLICIT_FMA",)
 
 
 def _spec_with_cxx(name):
@@ -129,8 +129,8 @@ def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
         kernels = _program_kernels(spec, ddt)
         ptx, log = H.nvrtc_compile(H.cupy_like_program(kernels), cc)
         assert log == "", f"{name} ({ddt} program): NVRTC log not empty:\n{log}"
-        # Horner's steps are explicit fma (as on the CPU); without them, none may remain
-        plain, _ = H.nvrtc_compile(H.cupy_like_program(kernels), cc, options=NO_FMA_HORNER)
+        # Horner's steps and two_prod are explicit fma (as on the CPU); without them, none may remain
+        plain, _ = H.nvrtc_compile(H.cupy_like_program(kernels), cc, options=NO_EXPLICIT_FMA)
         assert ptx.count(".entry ") == len(kernels), f"{name} ({ddt}): expected {len(kernels)} entries"
         for k in kernels:
             assert f".entry {k.entry}(" in ptx, k.entry

@@ -28,8 +28,9 @@ from . import gpu_helpers as H
 
 NAMES = sorted(REGISTRY)
 _VEC = {"float16": ".v4.u32", "float32": ".v4.f32", "float64": ".v2.f64"}
-# Horner's steps are explicit fma (as on the CPU); built without them, no fma may remain
-NO_FMA_HORNER = ("-DIGLU_NP_HORNER_NO_FMA",)
+# Horner's steps and two_prod are explicit fma (as on the CPU); built without them, no
+# fma may remain
+NO_EXPLICIT_FMA = ("-DIGLU_NP_NO_EXPLICIT_FMA",)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -41,7 +42,7 @@ def test_vector_kernels_compile_to_128_bit_accesses(nvrtc, name):
         src = cxx.vector_preamble(spec, ddt) + "".join(v.body for v in vks)
         ptx, log = H.nvrtc_compile(src, (9, 0))
         assert log == "", f"{name} ({ddt}): NVRTC log not empty:\n{log}"
-        plain, _ = H.nvrtc_compile(src, (9, 0), options=NO_FMA_HORNER)
+        plain, _ = H.nvrtc_compile(src, (9, 0), options=NO_EXPLICIT_FMA)
         for v in vks:
             ops = H.ptx_instructions(ptx, v.name)
             loads = [o.split()[0] for o in ops if o.startswith("ld.global")]
@@ -199,7 +200,7 @@ def test_fused_backward_compiles_to_128_bit_accesses(nvrtc, name):
         v = cxx.fused_backward_source(spec, ddt)
         ptx, log = H.nvrtc_compile(v.source, (9, 0))
         assert log == "", f"{name} ({ddt}): NVRTC log not empty:\n{log}"
-        plain, _ = H.nvrtc_compile(v.source, (9, 0), options=NO_FMA_HORNER)
+        plain, _ = H.nvrtc_compile(v.source, (9, 0), options=NO_EXPLICIT_FMA)
         ops = H.ptx_instructions(ptx, v.name)
         loads = [o.split()[0] for o in ops if o.startswith("ld.global")]
         stores = [o.split()[0] for o in ops if o.startswith("st.global")]

@@ -62,10 +62,10 @@ _GENERATORS = ("_spec.py", "_kinds.py", "backends/_rebind.py", "backends/cpu.py"
 
 def _overrides() -> dict:
     """Helpers the CPU backend replaces: straight-line Horner (a loop left in a kernel
-    keeps the element loop scalar)."""
+    keeps the element loop scalar) and the fused multiply-add instruction."""
     from .. import _math, _vmath
 
-    return {_math.horner: _vmath.horner}
+    return {_math.horner: _vmath.horner, _math.fma: _vmath._fma}
 
 
 def _code_file(v):

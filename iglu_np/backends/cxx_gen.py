@@ -276,6 +276,10 @@ class _Func:
                 raise self.err(node, "max/min take two arguments here")
             w = "py_max" if obj is builtins.max else "py_min"
             return f"iglu_np::{w}({self.expr(args[0])}, {self.expr(args[1])})"
+        if obj is self.math_fma():
+            if len(args) != 3:
+                raise self.err(node, "fma(a, b, c)")
+            return f"iglu_np::fma_({', '.join(self.expr(a) for a in args)})"
         if self.is_horner(obj):
             if len(args) != 2:
                 raise self.err(node, "horner(v, COEFFS)")
@@ -328,6 +332,11 @@ class _Func:
         if isinstance(t, tuple) and t and t[0] == "sel" and isinstance(t[1], str):
             return f"({t[1]} ? {self.tuple_item(t[2], k)} : {self.tuple_item(t[3], k)})"
         return literal(float(t[k]))  # horner casts each coefficient: T(c[k])
+
+    def math_fma(self):
+        from .. import _math
+
+        return _math.fma
 
     def is_horner(self, obj):
         from .. import _math

@@ -140,8 +140,8 @@ def two_prod(a, b):
 
 
 def _two_prod_fma(cuda):
-    """_math.two_prod with the exact FMA error term (one instruction instead of Dekker's
-    17); same guard, so results agree with the CPU wherever Dekker's term is exact.
+    """_math.two_prod with CUDA's fma for the error term (as the CPU's llvm.fma and the
+    C++ fma); same guard, so results agree with the CPU bit for bit.
     Numba types ``cuda.fma`` only as an attribute of the cuda module, hence the source."""
     g = {"cuda": cuda, "BIG": BIG, "BIG64": BIG64}
     exec(compile(_TWO_PROD_FMA, "<iglu_np.backends.numba_cuda two_prod>", "exec"), g)
@@ -252,8 +252,8 @@ def _rebinder():
         # kernel. The simulator runs Python and takes neither option.
         dev = cuda.jit(device=True) if simulator() else cuda.jit(device=True, forceinline=True)
         if simulator():
-            # The simulator runs the Python: no fused fma (keep Dekker), and _vmath's bit
-            # intrinsics cannot run as Python, so libm's math there.
+            # The simulator runs the Python (two_prod's fma exactly, in fractions), and
+            # _vmath's bit intrinsics cannot run as Python, so libm's math there.
             rb = Rebinder(dev)
         elif _mlir():
             # numba-cuda-mlir lowers no llvmlite intrinsics (the unrolled Horner, _vmath's bit
@@ -261,7 +261,8 @@ def _rebinder():
             import numba_cuda_mlir.numba_cuda as mlir_numba  # its own float64/int32 casts
 
             hor = _horner_overload()
-            rb = Rebinder(dev, {_math.horner: hor, _vmath.horner: hor}, numba_ns=mlir_numba)
+            rb = Rebinder(dev, {_math.horner: hor, _vmath.horner: hor,
+                                _math.two_prod: dev(_two_prod_fma(cuda))}, numba_ns=mlir_numba)
         else:
             hor = _horner_intrinsic()
             overrides = {

@@ -129,15 +129,25 @@ template <class I> IGLU_NP_HOST_DEVICE double from_bits(I i, double) {
 IGLU_NP_HOST_DEVICE double inf_d() { return from_bits(0x7FF0000000000000LL, 0.0); }
 IGLU_NP_HOST_DEVICE double nan_d() { return from_bits(0x7FF8000000000000LL, 0.0); }
 
+// _math.fma: a*b + c rounded once (std::fma's float overload on the host, CUDA's on the GPU).
+// IGLU_NP_NO_EXPLICIT_FMA (here and in horner): the tests' build that shows NVRTC
+// contracts nothing by itself (its results are not the CPU's).
+template <class T> IGLU_NP_HOST_DEVICE T fma_(T a, T b, T c) {
+#ifdef IGLU_NP_NO_EXPLICIT_FMA
+  return a * b + c;
+#else
+  return fma(a, b, c);
+#endif
+}
+
 // ``c0 + c1 v + c2 v^2 + ...`` by Horner's rule, coefficients ascending, each rounded to T
 // first: r = T(c[n-1]); r = fma(r, v, T(c[k])) -- the CPU's _vmath.horner, step for step
 // (an explicit fma rounds once on both; --fmad=false only stops implicit contraction).
-// IGLU_NP_HORNER_NO_FMA: the tests' build that shows NVRTC contracts nothing else.
 template <class T> IGLU_NP_HOST_DEVICE T horner(T, double c) { return T(c); }
 
 template <class T, class... R>
 IGLU_NP_HOST_DEVICE T horner(T v, double c0, double c1, R... rest) {
-#ifdef IGLU_NP_HORNER_NO_FMA
+#ifdef IGLU_NP_NO_EXPLICIT_FMA
   return horner(v, c1, rest...) * v + T(c0);
 #else
   return fma(horner(v, c1, rest...), v, T(c0));
