@@ -110,32 +110,46 @@ def iglu_f(x, sigma):
     return (near if u < T(1.0) else far) if neg else pos
 
 
+# pi/2 as hi + lo (float64 and float32): pi/2 - atan(v) keeps atan's accuracy.
+_PIO2_HI64, _PIO2_LO64 = 1.5707963267948966, 6.123233995736766e-17
+_PIO2_HI32, _PIO2_LO32 = 1.5707963705062866, -4.371139000186243e-08
+
+
 @kernel
 def iglu_dx(x, sigma):
     T = type(x)
     t = sigma * x
     neg = t < T(0.0)
-    # One atan and selects (vectorises; see iglu_f); discarded cases get clamped inputs.
-    u = T(-1.0) / (t if neg else -abs(t) - T(1.0))
-    a = math.atan(u if neg else t)
-    # t < 0, u >= 1: Z + t/(pi(1+t^2)) = (atan(u) - u/(1+u^2))/pi loses < 2 bits.
-    uf = u if u >= T(1.0) else T(1.0)
-    far = (a - T(1.0) / (uf + T(1.0) / uf)) / T(math.pi)
-    # t < 0, u < 1: the two terms cancel to ~ 2u^3/(3pi): u^3 * P(u^2), no subtraction.
-    un = u if u < T(1.0) else T(0.0)
-    v = un * un
+    # Everything from v = min(|t|, 1/|t|) in [0, 1] with 3 divisions (1/|t|, h and atan's
+    # own) and one by pi: division is what bounds this kernel's vector throughput; the
+    # form with 1/t, atan(1/|t|), 1/(t + 1/t) and a /pi per case took 9.
+    w = abs(t)
+    big = w > T(1.0)
+    r = T(1.0) / (w if big else T(1.0))  # no lane divides by 0 (FP flags)
+    v = r if big else w
+    h = v / (T(1.0) + v * v)  # = |t|/(1 + t^2) for either v, without overflow
+    a = math.atan(v)
     if is_f32(x):
-        p = horner(v, IGLU_TAIL_LO32) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI32)
+        c_hi = T(_PIO2_HI32)
+        c_lo = T(_PIO2_LO32)
     else:
-        p = horner(v, IGLU_TAIL_LO) if v <= T(0.25) else horner(v - T(0.625), IGLU_TAIL_HI)
-    near = (un * v) * p / T(math.pi)
-    tp = T(0.0) if neg else t
-    big = tp > T(1.0)
-    t1 = tp if big else tp + T(2.0)
-    t2 = T(0.0) if big else tp
-    q = T(1.0) / (t1 + T(1.0) / t1) if big else t2 / (T(1.0) + t2 * t2)
-    pos = T(0.5) + (a + q) / T(math.pi)
-    return (far if u >= T(1.0) else near) if neg else pos
+        c_hi = T(_PIO2_HI64)
+        c_lo = T(_PIO2_LO64)
+    ac = (c_hi - a) + c_lo  # atan(1/v) = pi/2 - atan(v)
+    # t < 0, |t| <= 1: Z + t/(pi(1+t^2)) = (atan(1/|t|) - |t|/(1+t^2))/pi loses < 2 bits.
+    far = ac - h
+    # t < 0, |t| > 1: the two terms cancel to ~ 2u^3/(3pi) in u = 1/|t| = v: u^3 P(u^2).
+    vv = v * v
+    if is_f32(x):
+        p = horner(vv, IGLU_TAIL_LO32) if vv <= T(0.25) else horner(vv - T(0.625), IGLU_TAIL_HI32)
+    else:
+        p = horner(vv, IGLU_TAIL_LO) if vv <= T(0.25) else horner(vv - T(0.625), IGLU_TAIL_HI)
+    near = (v * vv) * p
+    # t >= 0: 1/2 + (atan(t) + t/(1+t^2))/pi.
+    pos = (ac if big else a) + h
+    # One division by pi for the selected case (each case's own rounding as before).
+    q = ((near if big else far) if neg else pos) / T(math.pi)
+    return q if neg else T(0.5) + q
 
 
 @kernel
