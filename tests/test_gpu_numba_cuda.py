@@ -188,15 +188,17 @@ def test_fma_two_prod_override_compiles(nc):
 
 
 def test_horner_is_unrolled(nc):
-    """iglu.dx evaluates two polynomials (float32: 7 and 9 terms) per element: they must be
-    straight-line FMAs, not a per-coefficient switch (which NVVM left as hundreds of
-    branches). The 1-D kernel has the device function inlined once per element it keeps
-    in flight (four) plus once in its remainder loop: one load of x each."""
+    """iglu.dx evaluates one of two polynomials in v^2 (float32: 7 and 9 terms) and atan's
+    (5 terms) per element: straight-line FMAs, not a per-coefficient switch (which NVVM
+    left as hundreds of branches). NVVM may fold the two tail polynomials into one with
+    selected coefficients (8 FMAs and 8 selects), so at least 8 + 4 FMAs per element. The
+    1-D kernel has the device function inlined once per element it keeps in flight (four)
+    plus once in its remainder loop: one load of x each."""
     ptx = nc.compile_ptx("iglu", "dx", "float32")
     ops = H.ptx_instructions(ptx)
     per = sum(o.startswith("ld.global") for o in ops)
     assert per == 5
-    assert sum(o.startswith("fma") for o in ops) >= 14 * per
+    assert sum(o.startswith("fma") for o in ops) >= 12 * per
     assert sum(o.startswith("bra") for o in ops) < 8 * per
     assert len(ops) < 150 * per
 

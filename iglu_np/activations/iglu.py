@@ -125,7 +125,10 @@ def iglu_dx(x, sigma):
     # form with 1/t, atan(1/|t|), 1/(t + 1/t) and a /pi per case took 9.
     w = abs(t)
     big = w > T(1.0)
-    r = T(1.0) / (w if big else T(1.0))  # no lane divides by 0 (FP flags)
+    # LLVM turns 1/select(c, w, K) into select(c, 1/w, 1/K), dividing every lane by w: w +
+    # 2^-100 (= w wherever big; 0 and subnormals become 2^-100) keeps that division free of
+    # FP flags (divide by zero, overflow), which the raw ufunc reports as warnings.
+    r = T(1.0) / ((w + T(7.888609052210118e-31)) if big else T(1.0))
     v = r if big else w
     h = v / (T(1.0) + v * v)  # = |t|/(1 + t^2) for either v, without overflow
     a = math.atan(v)
