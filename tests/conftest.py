@@ -38,6 +38,19 @@ def pytest_runtest_makereport(item, call):
             rep.longrepr = f"skipped under IGLU_NP_STRICT_SKIPS=1: {reason}"
 
 
+def _pin_numba_cuda_without_a_gpu():
+    """Where numba-cuda and numba-cuda-mlir are both installed (CI's gpu-verify extra) and
+    no GPU is present, the tests' Numba CUDA work (PTX, the simulator) is numba-cuda's:
+    mlir needs a GPU to compile (tests/test_mlir_ptx.py asks for it explicitly)."""
+    import importlib.util
+
+    if os.environ.get("IGLU_NP_CUDA_TOOLCHAIN"):
+        return
+    if importlib.util.find_spec("numba_cuda") and importlib.util.find_spec("numba_cuda_mlir"):
+        if not _gpu_available():
+            os.environ["IGLU_NP_CUDA_TOOLCHAIN"] = "numba-cuda"
+
+
 def _gpu_available() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return False
@@ -58,3 +71,6 @@ def nvrtc():
     if not ok:
         pytest.skip(why)
     return why
+
+
+_pin_numba_cuda_without_a_gpu()

@@ -31,6 +31,18 @@ def test_choice_follows_the_environment_and_what_is_installed(monkeypatch):
         tc.choose()
 
 
+def test_the_simulator_takes_numba_cuda_where_both_are_installed(monkeypatch):
+    monkeypatch.delenv("IGLU_NP_CUDA_TOOLCHAIN", raising=False)
+    monkeypatch.setattr(tc, "_installed", lambda m: True)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert tc.choose() == tc.NUMBA_CUDA
+    monkeypatch.setattr(tc, "_installed", lambda m: m == "numba_cuda_mlir")
+    assert tc.choose() == tc.MLIR  # no numba-cuda: mlir (whose missing simulator then says so)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM")
+    monkeypatch.setattr(tc, "_installed", lambda m: True)
+    assert tc.choose() == tc.MLIR
+
+
 def test_numba_cuda_is_fine_on_this_numpy(monkeypatch):
     pytest.importorskip("numba_cuda")
     monkeypatch.setenv("IGLU_NP_CUDA_TOOLCHAIN", "numba-cuda")

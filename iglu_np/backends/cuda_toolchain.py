@@ -35,12 +35,15 @@ def _installed(module: str) -> bool:
 
 def choose() -> str:
     """The toolchain to use: the environment's choice, else numba-cuda-mlir where
-    installed, else numba-cuda."""
+    installed (numba-cuda under ``NUMBA_ENABLE_CUDASIM=1`` where both are: mlir has no
+    simulator), else numba-cuda."""
     v = os.environ.get(_ENV, "").strip().lower()
     if v:
         if v not in (MLIR, NUMBA_CUDA):
             raise ValueError(f"{_ENV}={v!r}: expected {NUMBA_CUDA!r} or {MLIR!r}")
         return v
+    if _simulator_requested() and _installed("numba_cuda"):
+        return NUMBA_CUDA
     return MLIR if _installed("numba_cuda_mlir") else NUMBA_CUDA
 
 
