@@ -290,6 +290,10 @@ class _Func:
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
         vm = _vmath()
+        if obj is getattr(vm, "_fma", None):
+            if len(args) != 3:
+                raise self.err(node, "_fma(a, b, c)")
+            return f"iglu_np::fma_({', '.join(self.expr(a) for a in args)})"
         if obj is getattr(vm, "_bits", None):
             return f"iglu_np::bits({self.expr(args[0])})"
         if obj is getattr(vm, "_from_bits", None):
