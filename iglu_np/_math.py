@@ -31,6 +31,10 @@ __all__ = [
     "horner",
     "BIG",
     "BIG64",
+    "PIO2_HI64",
+    "PIO2_LO64",
+    "PIO2_HI32",
+    "PIO2_LO32",
 ]
 
 class _NumbaCasts:
@@ -51,6 +55,11 @@ BIG = 1e30
 # The same for float64 (Dekker's a * (2^27 + 1)).
 BIG64 = 1e290
 
+# pi/2 = hi + lo per dtype (_vmath's atan and IGLU's derivative: pi/2 - atan(v) keeps
+# atan's accuracy).
+PIO2_HI64, PIO2_LO64 = 1.5707963267948966, 6.123233995736766e-17
+PIO2_HI32, PIO2_LO32 = 1.5707963705062866, -4.371139000186243e-08
+
 
 @kernel
 def is_f32(x):
@@ -60,8 +69,9 @@ def is_f32(x):
 
 
 def fma(a, b, c):
-    """``a*b + c`` rounded once. Compiled, it is the hardware instruction (the CPU backend
-    binds :func:`iglu_np._vmath._fma`, the C++ ``fma``); this Python form (the CUDA
+    """``a*b + c`` rounded once. Compiled, it is the hardware instruction (the CPU and
+    numba-cuda bind :func:`iglu_np._vmath._fma`, numba-cuda-mlir ``cuda.fma``, the C++
+    ``fma``); this Python form (the CUDA
     simulator's) is exact for the one use here, two_prod's error term, which is
     representable."""
     from fractions import Fraction

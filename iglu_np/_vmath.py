@@ -30,6 +30,11 @@ from llvmlite import ir
 from numba import types as nbt
 from numba.extending import intrinsic, overload
 
+from ._math import PIO2_HI32 as _PIO2_HI32
+from ._math import PIO2_HI64 as _PIO2_HI64
+from ._math import PIO2_LO32 as _PIO2_LO32
+from ._math import PIO2_LO64 as _PIO2_LO64
+
 __all__ = ["horner", "atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
            "enabled"]
 
@@ -157,9 +162,7 @@ ATAN64 = (
 _TAN3PI8 = 2.414213562373095
 _TANPI8 = 0.41421356237309503
 # pi/2 and pi/4 as hi + lo for each dtype: the lo part restores the bits the base loses.
-_PIO2_HI64, _PIO2_LO64 = 1.5707963267948966, 6.123233995736766e-17
 _PIO4_HI64, _PIO4_LO64 = 0.7853981633974483, 3.061616997868383e-17
-_PIO2_HI32, _PIO2_LO32 = 1.5707963705062866, -4.371139000186243e-08
 _PIO4_HI32, _PIO4_LO32 = 0.7853981852531433, -2.1855695000931214e-08
 
 

@@ -167,8 +167,8 @@ def test_float16_and_nd_kernels_compile(nc):
 
 
 def test_fma_two_prod_override_compiles(nc):
-    """The CUDA two_prod (cuda.fma) compiles and is an FMA; numerics are covered by
-    the GPU tests and, for its host twin, by the g++ build."""
+    """two_prod on CUDA (its _math.fma bound to llvm.fma) compiles to an FMA; numerics are
+    covered by the GPU tests and, for its host twin, by the g++ build."""
     from numba import cuda
     from numba.core import types
 

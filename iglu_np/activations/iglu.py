@@ -2,7 +2,7 @@
 Neto, ECML-PKDD 2026, arXiv 2603.06861, eqs. 4, 8, 10, 11)."""
 import math
 
-from .._math import horner, is_f32
+from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, horner, is_f32
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -110,11 +110,6 @@ def iglu_f(x, sigma):
     return (near if u < T(1.0) else far) if neg else pos
 
 
-# pi/2 as hi + lo (float64 and float32): pi/2 - atan(v) keeps atan's accuracy.
-_PIO2_HI64, _PIO2_LO64 = 1.5707963267948966, 6.123233995736766e-17
-_PIO2_HI32, _PIO2_LO32 = 1.5707963705062866, -4.371139000186243e-08
-
-
 @kernel
 def iglu_dx(x, sigma):
     T = type(x)
@@ -133,11 +128,11 @@ def iglu_dx(x, sigma):
     h = v / (T(1.0) + v * v)  # = |t|/(1 + t^2) for either v, without overflow
     a = math.atan(v)
     if is_f32(x):
-        c_hi = T(_PIO2_HI32)
-        c_lo = T(_PIO2_LO32)
+        c_hi = T(PIO2_HI32)
+        c_lo = T(PIO2_LO32)
     else:
-        c_hi = T(_PIO2_HI64)
-        c_lo = T(_PIO2_LO64)
+        c_hi = T(PIO2_HI64)
+        c_lo = T(PIO2_LO64)
     ac = (c_hi - a) + c_lo  # atan(1/v) = pi/2 - atan(v)
     # t < 0, |t| <= 1: Z + t/(pi(1+t^2)) = (atan(1/|t|) - |t|/(1+t^2))/pi loses < 2 bits.
     far = ac - h

@@ -18,7 +18,7 @@ class Rebinder:
     """Memoised ``kernel -> compiled kernel`` for one target.
 
     ``jit`` turns a plain function into the target's callable; ``overrides`` maps a
-    helper to a target-specific replacement (e.g. an FMA-based ``two_prod`` on CUDA).
+    helper to a target-specific replacement (e.g. the fma instruction for ``_math.fma``).
     ``math_ns`` (optional; may be set after construction where the namespace is compiled
     by this rebinder) replaces the ``math`` module in every rebound function's globals: the CPU and CUDA backends give :mod:`iglu_np._vmath`'s elementary functions
     (SIMD code on the CPU; on the GPU, no ``ex2.approx.ftz`` that flushes subnormal

@@ -276,7 +276,7 @@ class _Func:
                 raise self.err(node, "max/min take two arguments here")
             w = "py_max" if obj is builtins.max else "py_min"
             return f"iglu_np::{w}({self.expr(args[0])}, {self.expr(args[1])})"
-        if obj is self.math_fma():
+        if self.is_fma(obj):
             if len(args) != 3:
                 raise self.err(node, "fma(a, b, c)")
             return f"iglu_np::fma_({', '.join(self.expr(a) for a in args)})"
@@ -290,10 +290,6 @@ class _Func:
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
         vm = _vmath()
-        if obj is getattr(vm, "_fma", None):
-            if len(args) != 3:
-                raise self.err(node, "_fma(a, b, c)")
-            return f"iglu_np::fma_({', '.join(self.expr(a) for a in args)})"
         if obj is getattr(vm, "_bits", None):
             return f"iglu_np::bits({self.expr(args[0])})"
         if obj is getattr(vm, "_from_bits", None):
@@ -337,10 +333,10 @@ class _Func:
             return f"({t[1]} ? {self.tuple_item(t[2], k)} : {self.tuple_item(t[3], k)})"
         return literal(float(t[k]))  # horner casts each coefficient: T(c[k])
 
-    def math_fma(self):
+    def is_fma(self, obj):
         from .. import _math
 
-        return _math.fma
+        return obj is _math.fma or obj is getattr(_vmath(), "_fma", None)
 
     def is_horner(self, obj):
         from .. import _math

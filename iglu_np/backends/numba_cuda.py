@@ -127,25 +127,19 @@ def status():
 
 
 # --------------------------------------------------------------------------- device functions
-_TWO_PROD_FMA = """
-def two_prod(a, b):
-    T = type(a)
-    p = a * b
-    e = cuda.fma(a, b, -p)
-    big = T(BIG) if T(16777217.0) == T(16777216.0) else T(BIG64)
-    if not (abs(a) < big and abs(b) < big) or not (abs(p) < big):
-        e = T(0.0)
-    return p, e
+_CUDA_FMA = """
+def fma(a, b, c):
+    return cuda.fma(a, b, c)
 """
 
 
-def _two_prod_fma(cuda):
-    """_math.two_prod with CUDA's fma for the error term (as the CPU's llvm.fma and the
-    C++ fma); same guard, so results agree with the CPU bit for bit.
-    Numba types ``cuda.fma`` only as an attribute of the cuda module, hence the source."""
-    g = {"cuda": cuda, "BIG": BIG, "BIG64": BIG64}
-    exec(compile(_TWO_PROD_FMA, "<iglu_np.backends.numba_cuda two_prod>", "exec"), g)
-    return g["two_prod"]
+def _cuda_fma(cuda):
+    """_math.fma as CUDA's fma (numba-cuda-mlir lowers no llvmlite intrinsic such as
+    _vmath._fma). Numba types ``cuda.fma`` only as an attribute of the cuda module,
+    hence the source."""
+    g = {"cuda": cuda}
+    exec(compile(_CUDA_FMA, "<iglu_np.backends.numba_cuda fma>", "exec"), g)
+    return g["fma"]
 
 
 def _horner_intrinsic():
@@ -262,14 +256,11 @@ def _rebinder():
 
             hor = _horner_overload()
             rb = Rebinder(dev, {_math.horner: hor, _vmath.horner: hor,
-                                _math.two_prod: dev(_two_prod_fma(cuda))}, numba_ns=mlir_numba)
+                                _math.fma: dev(_cuda_fma(cuda))}, numba_ns=mlir_numba)
         else:
             hor = _horner_intrinsic()
-            overrides = {
-                _math.two_prod: dev(_two_prod_fma(cuda)),
-                _math.horner: hor,
-                _vmath.horner: hor,
-            }
+            # _math.fma as on the CPU: llvm.fma, which NVVM emits as fma.rn
+            overrides = {_math.fma: _vmath._fma, _math.horner: hor, _vmath.horner: hor}
             rb = Rebinder(dev, overrides, helper=_vmath_helper)
             rb.math_ns = _math_namespace(rb)
         _state["rebinder"] = rb

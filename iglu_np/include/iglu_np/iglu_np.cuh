@@ -130,7 +130,7 @@ IGLU_NP_HOST_DEVICE double inf_d() { return from_bits(0x7FF0000000000000LL, 0.0)
 IGLU_NP_HOST_DEVICE double nan_d() { return from_bits(0x7FF8000000000000LL, 0.0); }
 
 // _math.fma: a*b + c rounded once (std::fma's float overload on the host, CUDA's on the GPU).
-// IGLU_NP_NO_EXPLICIT_FMA (here and in horner): the tests' build that shows NVRTC
+// IGLU_NP_NO_EXPLICIT_FMA (also horner's, through this): the tests' build that shows NVRTC
 // contracts nothing by itself (its results are not the CPU's).
 template <class T> IGLU_NP_HOST_DEVICE T fma_(T a, T b, T c) {
 #ifdef IGLU_NP_NO_EXPLICIT_FMA
@@ -147,11 +147,7 @@ template <class T> IGLU_NP_HOST_DEVICE T horner(T, double c) { return T(c); }
 
 template <class T, class... R>
 IGLU_NP_HOST_DEVICE T horner(T v, double c0, double c1, R... rest) {
-#ifdef IGLU_NP_NO_EXPLICIT_FMA
-  return horner(v, c1, rest...) * v + T(c0);
-#else
-  return fma(horner(v, c1, rest...), v, T(c0));
-#endif
+  return fma_(horner(v, c1, rest...), v, T(c0));
 }
 
 }  // namespace iglu_np
