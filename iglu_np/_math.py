@@ -26,6 +26,7 @@ __all__ = [
     "mul_dw",
     "exp_dw",
     "exp_scaled",
+    "exp_normal",
     "sigmoid",
     "log1p_exp",
     "horner",
@@ -120,6 +121,15 @@ def exp_dw(hi, lo):
     """``exp(hi + lo)`` for a dw argument (|lo| tiny, so exp(lo) = 1 + lo)."""
     e = math.exp(hi)
     return e + e * lo
+
+
+@kernel
+def exp_normal(x):
+    """``exp(x)`` for an x whose exp is a normal number (float64 |x| <= 708, float32
+    |x| <= 87): for the bulk kernels (see :func:`iglu_np._spec.define`), which run only
+    there. The CPU binds :func:`iglu_np._vmath.exp_normal` (the same bits as ``exp`` in
+    that range, without its range handling); elsewhere it is ``math.exp``."""
+    return math.exp(x)
 
 
 # 64 ln2 = hi + lo per dtype, hi on the grid of the tail's inputs (float32 2^-17: every y in

@@ -120,6 +120,8 @@ class ActivationSpec:
     torch: str | Callable = ""
     jax: str = ""
     paper_table: bool = False
+    bulk: Mapping = field(default_factory=dict)
+    bulk_domain: Callable | None = None
 
     @property
     def param_names(self) -> tuple:
@@ -172,6 +174,8 @@ def define(
     torch: str | Callable = "",
     jax: str = "",
     paper_table: bool = False,
+    bulk: Mapping | None = None,
+    bulk_domain: Callable | None = None,
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -195,6 +199,13 @@ def define(
     ``f.__module__``: define ``f`` in the module that calls ``define``.
     ``paper_table=True`` marks the activations of the IGLU paper's comparison table (the
     set the SIMD test and ``examples/bench_vectorisation.py`` cover).
+
+    ``bulk`` maps ``"f"``, ``"dx"`` or a parameter name to a cheaper kernel that returns
+    the same bits as the exact one wherever the kernel ``bulk_domain(x, *params)`` is true
+    (no tail handling there: e.g. exp by :func:`iglu_np._math.exp_normal`). The CPU fast
+    path runs a block of elements through it when the whole block is in the domain, else
+    the exact kernel; the GPU backends and the ufuncs always run the exact kernels, and
+    the tests check the bit equality.
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -205,7 +216,12 @@ def define(
     for what, mapping in (("dparams", dparams), ("ref_dparams", ref_dparams)):
         if set(mapping) != set(names):
             raise ValueError(f"{name}: {what} keys {sorted(mapping)} != params {names}")
-    for fn in [f, dx, *dparams.values()]:
+    bulk = dict(bulk or {})
+    if set(bulk) - {"f", "dx", *names}:
+        raise ValueError(f"{name}: bulk keys {sorted(bulk)} not in 'f', 'dx', {names}")
+    if bool(bulk) != (bulk_domain is not None):
+        raise ValueError(f"{name}: bulk kernels and bulk_domain go together")
+    for fn in [f, dx, *dparams.values(), *bulk.values(), *([bulk_domain] if bulk else [])]:
         kernel(fn)
     module = getattr(f, "__module__", None) or "?"  # the declaring module, as for docs
     spec = ActivationSpec(
@@ -233,6 +249,8 @@ def define(
         torch=torch,
         jax=jax,
         paper_table=bool(paper_table),
+        bulk=MappingProxyType(bulk),
+        bulk_domain=bulk_domain,
     )
     _REGISTRY[name] = spec
     return spec

@@ -35,7 +35,7 @@ from ._math import PIO2_HI64 as _PIO2_HI64
 from ._math import PIO2_LO32 as _PIO2_LO32
 from ._math import PIO2_LO64 as _PIO2_LO64
 
-__all__ = ["horner", "atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
+__all__ = ["horner", "atan", "exp", "exp_normal", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
            "enabled"]
 
 
@@ -200,6 +200,10 @@ EXP64 = (
     2.75572554257464342818e-6, 2.75572736613486362187e-7, 2.5105206373957011116e-8,
     2.09146793765839350998e-9,
 )
+# float64 evaluated as E(r^2) + r O(r^2): two independent 5-step chains instead of one
+# of 10 (the loop was latency-bound on the Horner chain).
+EXP64_EVEN = EXP64[0::2]
+EXP64_ODD = EXP64[1::2]
 _LOG2E = 1.4426950408889634
 # ln2 = hi + lo with hi's low bits zero, so k*hi is exact for every k in range.
 _LN2_HI64, _LN2_LO64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
@@ -228,11 +232,12 @@ def _reduce_ln2(x):
 @_jit
 def _expm1_poly(r):
     """expm1(r) for |r| <= ln2/2 (the r term carries the leading bits exactly)."""
+    r2 = r * r
     if _f32(r):
         q = _poly(r, EXP32)
     else:
-        q = _poly(r, EXP64)
-    return r + (r * r) * q
+        q = _fma(r, _poly(r2, EXP64_ODD), _poly(r2, EXP64_EVEN))
+    return r + r2 * q
 
 
 @_jit
@@ -255,6 +260,24 @@ def _exp_dw(x, xl):
 @_jit
 def exp(x):
     return _exp_dw(x, type(x)(0.0))
+
+
+@_jit
+def exp_normal(x):
+    """exp(x) where it is a normal number (float64 -708.39 <= x <= 709.78, float32
+    -87.33 <= x <= 88.72): the same bits as :func:`exp` there, garbage elsewhere (NaN
+    included). No clamps, one scaling step, no NaN guard: 8 fewer vector instructions,
+    silu float64 1.32 -> 1.06 ns/el on one znver4 core. For the spec's bulk kernels."""
+    T = type(x)
+    if _f32(x):
+        kf = (x * T(_LOG2E) + T(_MAGIC32)) - T(_MAGIC32)
+        r = (x - kf * T(_LN2_HI32)) - kf * T(_LN2_LO32)
+        k = _bits(kf + T(_MAGIC32)) - _bits(T(_MAGIC32))  # no float -> int conversion
+    else:
+        kf = (x * T(_LOG2E) + T(_MAGIC64)) - T(_MAGIC64)
+        r = (x - kf * T(_LN2_HI64)) - kf * T(_LN2_LO64)
+        k = _bits(kf + T(_MAGIC64)) - _bits(T(_MAGIC64))
+    return (T(1.0) + _expm1_poly(r)) * _pow2(k, x)
 
 
 @_jit

@@ -2,7 +2,7 @@
 Mish and xSiLU (Huang 2024, expanded gating range)."""
 import math
 
-from .._math import exp_scaled, horner, is_f32, sigmoid
+from .._math import exp_normal, exp_scaled, horner, is_f32, sigmoid
 from .._spec import Param, define, kernel
 
 # (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
@@ -39,6 +39,30 @@ def sigmoid_dx(x):
     T = type(x)
     # sigma(1 - sigma) = e/(1+e)^2 with e = exp(-|x|): even in x, no 1 - sigma cancellation.
     e = math.exp(-abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    return e * r * r
+
+
+# The bulk (|x| <= 708 float64, 87 float32, where exp(-|x|) is normal): the same bits as
+# the kernels above without their tail handling (see define's bulk).
+@kernel
+def _sigmoid_bulk_domain(x):
+    T = type(x)
+    return abs(x) <= (T(87.0) if is_f32(x) else T(708.0))
+
+
+@kernel
+def sigmoid_f_bulk(x):
+    T = type(x)
+    e = exp_normal(-abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    return e * r if x < T(0.0) else r
+
+
+@kernel
+def sigmoid_dx_bulk(x):
+    T = type(x)
+    e = exp_normal(-abs(x))
     r = T(1.0) / (T(1.0) + e)
     return e * r * r
 
@@ -89,6 +113,31 @@ def silu_dx(x):
         return ((m * r) * (T(1.0) + x * r)) * sc
     if e == T(0.0):
         return T(1.0)  # x e -> 0, but inf * 0 would be NaN
+    return r * (T(1.0) + x * (e * r))
+
+
+# Where exp_scaled's tail is off (|x| <= 700 float64, 80 float32): m = e, sc = 1.
+@kernel
+def _silu_bulk_domain(x):
+    T = type(x)
+    return abs(x) <= (T(80.0) if is_f32(x) else T(700.0))
+
+
+@kernel
+def silu_f_bulk(x):
+    T = type(x)
+    e = exp_normal(-abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    return x * (e * r) if x < T(0.0) else x * r
+
+
+@kernel
+def silu_dx_bulk(x):
+    T = type(x)
+    e = exp_normal(-abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    if x < T(0.0):
+        return (e * r) * (T(1.0) + x * r)
     return r * (T(1.0) + x * (e * r))
 
 
@@ -333,6 +382,8 @@ define(
     derivative_formula=r"\sigma'(x) = \sigma(x)\,(1 - \sigma(x)) = \frac{e^{-|x|}}{(1 + e^{-|x|})^2}",
     f=sigmoid_f,
     dx=sigmoid_dx,
+    bulk={"f": sigmoid_f_bulk, "dx": sigmoid_dx_bulk},
+    bulk_domain=_sigmoid_bulk_domain,
     ref=lambda mp, x: _sig(mp, x),
     ref_dx=lambda mp, x: _dsig(mp, x),
     notes=(
@@ -379,6 +430,8 @@ define(
     derivative_formula=r"\mathrm{SiLU}'(x) = \sigma(x)\,\bigl(1 + x(1 - \sigma(x))\bigr)",
     f=silu_f,
     dx=silu_dx,
+    bulk={"f": silu_f_bulk, "dx": silu_dx_bulk},
+    bulk_domain=_silu_bulk_domain,
     ref=lambda mp, x: _ref_silu(mp, x),
     ref_dx=lambda mp, x: _ref_silu_dx(mp, x),
     scales={

@@ -62,10 +62,14 @@ _GENERATORS = ("_spec.py", "_kinds.py", "backends/_rebind.py", "backends/cpu.py"
 
 def _overrides() -> dict:
     """Helpers the CPU backend replaces: straight-line Horner (a loop left in a kernel
-    keeps the element loop scalar) and the fused multiply-add instruction."""
+    keeps the element loop scalar), the fused multiply-add instruction and exp without
+    range handling for the bulk kernels."""
     from .. import _math, _vmath
 
-    return {_math.horner: _vmath.horner, _math.fma: _vmath._fma}
+    out = {_math.horner: _vmath.horner, _math.fma: _vmath._fma}
+    if _vmath.enabled():  # else it compiles as written: libm's exp
+        out[_math.exp_normal] = _vmath.exp_normal
+    return out
 
 
 def _code_file(v):
@@ -117,7 +121,9 @@ def kernel_sources(spec) -> tuple:
     uses_math = False
     overrides = _overrides()
     seen = set()
-    todo = [spec.f, spec.dx, *spec.dparams.values()]
+    todo = [spec.f, spec.dx, *spec.dparams.values(), *spec.bulk.values()]
+    if spec.bulk_domain is not None:
+        todo.append(spec.bulk_domain)
     while todo:
         fn = todo.pop()
         if fn in seen:
@@ -314,6 +320,11 @@ def _module(spec):
     ns["_dx"] = rb(spec.dx)
     for p in spec.param_names:
         ns["_d_" + p] = rb(spec.dparams[p])
+    # bulk kernels (the fast path's blocks inside bulk_domain): _b_f, _b_dx, _b_<param>
+    for k, fn in spec.bulk.items():
+        ns["_b_" + k] = rb(fn)
+    if spec.bulk_domain is not None:
+        ns["_b_domain"] = rb(spec.bulk_domain)
     # Numba's cache rebuilds a function's environment by importing its module by name.
     sys.modules[modname] = mod
     exec(compile(src, str(path), "exec"), ns)

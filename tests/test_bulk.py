@@ -1,0 +1,99 @@
+"""Bulk kernels (``define(bulk=..., bulk_domain=...)``): the CPU fast path runs a block
+through them when every element is in the domain. They must give the exact kernels'
+bits there (the ufuncs and the GPU run the exact ones), and a block with any element
+outside must give the exact answer, in place too."""
+import numba
+import numpy as np
+import pytest
+
+import iglu_np
+from iglu_np.backends import cpu, cpu_backend, cpu_fast
+
+from . import accuracy as acc
+from .test_fast_path import _fast_as_ufunc, _same
+
+BULK = [n for n, a in iglu_np.ACTIVATIONS.items() if a.spec.bulk]
+DT = [np.float32, np.float64]
+IDS = ["f32", "f64"]
+# kernel kinds -> the bulk key they use
+_KEY = {"fwd": "f", "dx": "dx", "bwd": "dx"}
+
+
+@pytest.fixture(autouse=True)
+def fast_path_at_every_size():
+    old = cpu_backend.MIN_SIZE
+    cpu_backend.set_min_size(0)
+    yield
+    cpu_backend.set_min_size(old)
+
+
+def test_some_activations_have_bulk_kernels():
+    assert {"silu", "sigmoid"} <= set(BULK)
+
+
+def _ufunc(fn, n_in, dtype):
+    sig = numba.from_dtype(np.dtype(dtype))
+    return numba.vectorize([sig(*([sig] * n_in))])(fn)
+
+
+def _grid(dtype):
+    """Dense, sorted points over every magnitude (so whole blocks are in the domain)."""
+    mags = np.geomspace(np.finfo(dtype).tiny, 1e4, 40_000)
+    lin = np.linspace(-750.0, 750.0, 30_001)
+    x = np.concatenate([-mags[::-1], [0.0, -0.0], mags, lin]).astype(dtype)
+    return np.sort(x)
+
+
+def _in_domain(spec, x, pv, dtype):
+    return _ufunc(cpu._module(spec)._b_domain, 1 + len(pv), dtype)(x, *pv) != 0
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("name", BULK)
+def test_bulk_kernels_equal_exact_in_domain(name, dtype):
+    spec = iglu_np.get(name).spec
+    mod = cpu._module(spec)
+    n_in = 1 + len(spec.params)
+    exact = {"f": mod._f, "dx": mod._dx, **{p: getattr(mod, "_d_" + p) for p in spec.param_names}}
+    for params in acc.param_sets(spec, dtype):
+        pv = [dtype(params[p]) for p in spec.param_names]
+        x = np.concatenate([_grid(dtype), acc.x_points(spec, dtype, params)])
+        inside = _in_domain(spec, x, pv, dtype)
+        xs = x[inside]
+        assert xs.size > 0.5 * x.size  # the domain is the bulk of the line
+        assert not inside[~np.isfinite(x)].any()  # NaN and inf are never in it
+        for key in spec.bulk:
+            want = _ufunc(exact[key], n_in, dtype)(xs, *pv)
+            got = _ufunc(getattr(mod, "_b_" + key), n_in, dtype)(xs, *pv)
+            _same(got, want)
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("name", BULK)
+def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
+    act = iglu_np.get(name)
+    spec = act.spec
+    n = 5 * cpu_fast.VBLOCK + 37
+    rng = np.random.default_rng(7)
+    x0 = (rng.standard_normal(n) * 8).astype(dtype)
+    # blocks 0 and 2 hold one element outside any float domain, block 4 (the partial
+    # last one) one at its end; blocks 1 and 3 stay in the bulk
+    x0[0] = np.nan
+    x0[2 * cpu_fast.VBLOCK + 5] = -np.inf
+    x0[2 * cpu_fast.VBLOCK + 6] = -1e4
+    x0[-1] = np.inf
+    g = rng.standard_normal(n).astype(dtype)
+    for params in acc.param_sets(spec, dtype):
+        pv = [dtype(params[p]) for p in spec.param_names]
+        for kind in ("fwd", "dx", "bwd"):
+            if _KEY[kind] not in spec.bulk:
+                continue
+            ins = (x0, g) if kind == "bwd" else (x0,)
+            with np.errstate(all="ignore"):
+                want = act._ufunc(kind)(*ins, *pv)
+            _same(_fast_as_ufunc(act, kind)(*ins, *pv) if kind != "bwd"
+                  else act.backward(x0, g, **params), want)
+            if kind == "fwd":
+                xi = x0.copy()
+                act(xi, out=xi, **params)  # in place: the domain is read before the block is written
+                _same(xi, want)
