@@ -60,7 +60,8 @@ def test_bulk_kernels_equal_exact_in_domain(name, dtype):
         x = np.concatenate([_grid(dtype), acc.x_points(spec, dtype, params)])
         inside = _in_domain(spec, x, pv, dtype)
         xs = x[inside]
-        assert xs.size > 0.5 * x.size  # the domain is the bulk of the line
+        if params == spec.defaults:
+            assert xs.size > 0.5 * x.size  # the domain is the bulk of the line
         assert not inside[~np.isfinite(x)].any()  # NaN and inf are never in it
         for key in spec.bulk:
             want = _ufunc(exact[key], n_in, dtype)(xs, *pv)

@@ -2,7 +2,7 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import exp_dw, exp_scaled, two_prod
+from .._math import exp_dw, exp_normal, exp_scaled, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 
@@ -53,6 +53,31 @@ def softplus_dx(x, beta, threshold):
     num = T(1.0) if pos else e
     r = num / (T(1.0) + e)
     return T(1.0) if linear else r
+
+
+# The bulk: beta = 1 (the default: y = x exactly, no dw low part) and exp(-|x|) normal.
+# The same bits as the kernels above there (see define's bulk).
+@kernel
+def _softplus_bulk_domain(x, beta, threshold):
+    T = type(x)
+    return beta == T(1.0) and abs(x) <= (T(87.0) if is_f32(x) else T(708.0))
+
+
+@kernel
+def softplus_f_bulk(x, beta, threshold):
+    T = type(x)
+    l = math.log1p(exp_normal(-abs(x)))
+    r = x + l if x > T(0.0) else l
+    return x if x > threshold else r
+
+
+@kernel
+def softplus_dx_bulk(x, beta, threshold):
+    T = type(x)
+    e = exp_normal(-abs(x))
+    num = T(1.0) if x > T(0.0) else e
+    r = num / (T(1.0) + e)
+    return T(1.0) if x > threshold else r
 
 
 @kernel
@@ -152,6 +177,8 @@ define(
     ],
     f=softplus_f,
     dx=softplus_dx,
+    bulk={"f": softplus_f_bulk, "dx": softplus_dx_bulk},
+    bulk_domain=_softplus_bulk_domain,
     dparams={"beta": softplus_dbeta, "threshold": softplus_dthreshold},
     ref=_ref_softplus,
     ref_dx=_ref_softplus_dx,
