@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import exp_dw, horner, is_f32, two_prod
+from .._math import exp_dw, exp_normal, horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 def _f32(v: float) -> float:
@@ -370,27 +370,41 @@ def _gelu_dx_core(t_hi, t_lo):
 # and the Mills ratio needs only ~1e-9: one polynomial over the whole range instead of
 # four pieces chosen by selects, a polynomial in 1/t^2 and two divisions.
 @kernel
-def _gate32(t):
-    """(phi(u), M(u), u) in float64 for u = min(|t|, GELU32_UMAX): Phi(-u) = phi M."""
-    D = type(t)
-    u = abs(t)
-    u = D(GELU32_UMAX) if u > D(GELU32_UMAX) else u  # NaN stays NaN
+def _mills32(u):
+    """M(u) in float64 for 0 <= u <= GELU32_UMAX (NaN stays NaN)."""
+    D = type(u)
     d = u + D(GELU32_K)
     # 1/d: a float32 division (half the cost of float64's, twice the lanes) and one Newton
     # step in float64 (relative error ~2^-46).
     r0 = numba.float64(numba.float32(1.0) / numba.float32(d))
     r = r0 * (D(2.0) - d * r0)
-    m = r * horner((u - D(GELU32_K)) * r, GELU_G32)
-    ph = math.exp(D(-0.5) * (u * u) - D(LN_64H))
-    return ph, m, u
+    return r * horner((u - D(GELU32_K)) * r, GELU_G32)
 
 
 @kernel
-def _gelu32_f(x, t):
-    """x Phi(t) as float32 for a float32 x and t = a x formed exactly in float64."""
+def _gate32(t):
+    """(phi(u), M(u), u) in float64 for u = min(|t|, GELU32_UMAX): Phi(-u) = phi M."""
+    D = type(t)
+    u = abs(t)
+    u = D(GELU32_UMAX) if u > D(GELU32_UMAX) else u  # NaN stays NaN
+    ph = math.exp(D(-0.5) * (u * u) - D(LN_64H))
+    return ph, _mills32(u), u
+
+
+@kernel
+def _gate32_bulk(t):
+    """_gate32 for |t| <= GELU32_UMAX, where its clamp does nothing and phi is normal."""
+    D = type(t)
+    u = abs(t)
+    ph = exp_normal(D(-0.5) * (u * u) - D(LN_64H))
+    return ph, _mills32(u), u
+
+
+@kernel
+def _gelu32_value(x, t, ph, m):
+    """x Phi(t) as float32 from _gate32's phi and M."""
     T = type(x)
     D = type(t)
-    ph, m, u = _gate32(t)
     q = ph * m  # Phi(-|t|) <= 1/2: 1 - q does not cancel
     g = q if t < D(0.0) else D(1.0) - q
     r = numba.float64(x) * g
@@ -401,13 +415,25 @@ def _gelu32_f(x, t):
 
 
 @kernel
-def _gelu32_dx(x, t):
+def _gelu32_dx_value(x, t, ph, m, u):
     """Phi(t) + t phi(t) as float32: phi (M - u) for t < 0, 1 + phi (u - M) for t >= 0."""
     T = type(x)
     D = type(t)
-    ph, m, u = _gate32(t)
     r = ph * (m - u) if t < D(0.0) else D(1.0) + ph * (u - m)
     return T(r)
+
+
+@kernel
+def _gelu32_f(x, t):
+    """x Phi(t) as float32 for a float32 x and t = a x formed exactly in float64."""
+    ph, m, u = _gate32(t)
+    return _gelu32_value(x, t, ph, m)
+
+
+@kernel
+def _gelu32_dx(x, t):
+    ph, m, u = _gate32(t)
+    return _gelu32_dx_value(x, t, ph, m, u)
 
 
 @kernel
@@ -446,6 +472,31 @@ def gelu_dx(x):
     if is_f32(x):
         return _gelu32_dx(x, numba.float64(x))
     return _gelu_dx_core(x, T(0.0))
+
+
+# The float32 bulk: |a x| <= GELU32_UMAX (no clamp, phi normal: exp_normal); the same bits
+# as the kernels above there (see define's bulk). float64 always takes the exact kernels.
+@kernel
+def _gelu_bulk_domain(x):
+    return is_f32(x) and abs(x) <= type(x)(GELU32_UMAX)
+
+
+@kernel
+def gelu_f_bulk(x):
+    if is_f32(x):
+        t = numba.float64(x)
+        ph, m, u = _gate32_bulk(t)
+        return _gelu32_value(x, t, ph, m)
+    return gelu_f(x)
+
+
+@kernel
+def gelu_dx_bulk(x):
+    if is_f32(x):
+        t = numba.float64(x)
+        ph, m, u = _gate32_bulk(t)
+        return _gelu32_dx_value(x, t, ph, m, u)
+    return gelu_dx(x)
 
 
 # --------------------------------------------------------------------------- GELU_a
@@ -689,6 +740,8 @@ define(
     r"\varphi(x) = \frac{e^{-x^2/2}}{\sqrt{2\pi}}",
     f=gelu_f,
     dx=gelu_dx,
+    bulk={"f": gelu_f_bulk, "dx": gelu_dx_bulk},
+    bulk_domain=_gelu_bulk_domain,
     ref=lambda mp, x: _ref_gelu_a(mp, x, mp.one),
     ref_dx=lambda mp, x: _ref_gelu_a_dx(mp, x, mp.one),
     scales={"dx": lambda mp, x: _ref_gelu_a_scale_dx(mp, x, mp.one)},
