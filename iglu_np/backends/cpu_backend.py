@@ -234,7 +234,7 @@ def fast(act, kind, data, params, out):
         # typed parameters: the dispatcher would type a Python float as float64
         tv = [dt.type(v) for v in vals]
         fast.launch(par_kernel, n, lambda: par_kernel(*ins, o1, True, *tv),
-                    lambda: loop(*ins, o1, 0, n, *vals))
+                    lambda: loop(*ins, o1, 0, n, *vals), dt.char)
     else:
         loop(*ins, o1, 0, n, *vals)
     return o
@@ -404,7 +404,7 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     if _parallel(xf.size):
         k = fast.kernel(act.name, kind, True)
         fast.launch(k, xf.size, lambda: k(*ins, of, True, *ps),
-                    lambda: fast.kernel(act.name, kind, False)(*ins, of, False, *ps))
+                    lambda: fast.kernel(act.name, kind, False)(*ins, of, False, *ps), xf.dtype.char)
     else:
         fast.kernel(act.name, kind, False)(*ins, of, False, *ps)
     return o
@@ -465,7 +465,8 @@ def _reduce_params(act, vals: list, cdt):
         elif _parallel(n):
             k = fast.kernel(act.name, "r_" + p, True)
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps))
+                        lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps),
+                        xf.dtype.char)
         else:
             fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
@@ -496,7 +497,8 @@ def _fused_backward(act, vals: list, cdt, out):
     if _parallel(n):
         k = fast.kernel(act.name, "r_all", True)
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps))
+                    lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps),
+                    xf.dtype.char)
     else:
         fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}

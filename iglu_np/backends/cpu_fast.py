@@ -426,27 +426,38 @@ _par_threadsafe = False
 # threaded calls must beat it; two that do not in a row send the kernel's calls to one
 # thread for a cooldown that doubles while the probe after it is still slow (COOL_MIN to
 # COOL_MAX s). Costs two clock reads per call of >= cpu_backend.THRESHOLD elements.
+# Baselines are kept per kernel, dtype and size class (a factor of 4 in elements): one
+# dispatcher serves float32 and float64, and a cache-resident call's time per element is
+# no yardstick for a memory-bound one. (Keyed by the kernel alone, the float32 baseline
+# sent float64 silu at 16.8M elements to one thread: 1.2 ns/el against 0.57 threaded.)
 COOL_MIN, COOL_MAX = 0.125, 4.0
-_guard: dict = {}  # threaded kernel -> [single-thread s/element, slow calls, until, period]
+_guard: dict = {}  # (kernel, dtype, size class) -> [single s/element, slow calls, until, period]
 
 
-def busy(k) -> bool:
-    """Whether calls of threaded kernel ``k`` run on one thread now: no single-thread
-    baseline yet, or cooling down after threaded calls that lost to it."""
-    g = _guard.get(k)
+def _gkey(k, n, dt):
+    return (k, dt, max(1, n).bit_length() // 2)
+
+
+def busy(k, n=1, dt=None) -> bool:
+    """Whether calls of threaded kernel ``k`` on ``n`` elements of ``dt`` run on one
+    thread now: no single-thread baseline yet, or cooling down after threaded calls that
+    lost to it."""
+    g = _guard.get(_gkey(k, n, dt))
     return g is None or time.perf_counter() < g[2]
 
 
-def launch(k, n, threaded, single):
+def launch(k, n, threaded, single, dt=None):
     """Run ``threaded()`` (a call of the parallel kernel ``k``) or ``single()`` (the same
-    work on one thread) for ``n`` elements, as the busy-machine guard says."""
-    g = _guard.get(k)
+    work on one thread) for ``n`` elements of dtype ``dt``, as the busy-machine guard
+    says."""
+    key = _gkey(k, n, dt)
+    g = _guard.get(key)
     t = time.perf_counter()
     if g is None or t < g[2]:
         r = single()
         per = (time.perf_counter() - t) / max(1, n)
         if g is None:
-            _guard[k] = [per, 0, 0.0, 0.0]
+            _guard[key] = [per, 0, 0.0, 0.0]
         elif per < g[0]:
             g[0] = per
         return r
