@@ -204,6 +204,34 @@ def mish_dx(x):
     return (g + x * (q * (T(2.0) - q) * s)) * sc
 
 
+# The bulk of Mish (|x| <= 700 float64, 80 float32: exp_scaled's tail off, sc = 1): one
+# exp(-|x|) serves both signs, where the exact gate computes exp(-x) and exp_scaled(x) on
+# every lane. The same bits (see define's bulk).
+@kernel
+def _mish_gate_bulk(x):
+    T = type(x)
+    e = exp_normal(-abs(x))
+    if x > T(0.0):
+        d = T(1.0) + T(2.0) * e * (T(1.0) + e)
+        q = T(2.0) * e * e / d
+        return T(1.0) - q, q, T(1.0) / (T(1.0) + e)
+    d = e * (e + T(2.0)) + T(2.0)
+    return (e * (e + T(2.0))) / d, T(2.0) / d, e / (T(1.0) + e)
+
+
+@kernel
+def mish_f_bulk(x):
+    g, q, s = _mish_gate_bulk(x)
+    return x * g
+
+
+@kernel
+def mish_dx_bulk(x):
+    T = type(x)
+    g, q, s = _mish_gate_bulk(x)
+    return g + x * (q * (T(2.0) - q) * s)
+
+
 # --------------------------------------------------------------------------- xSiLU
 @kernel
 def _xsilu_gate(x, alpha):
@@ -252,6 +280,36 @@ def xsilu_dx(x, alpha):
         return (T(1.0) + T(2.0) * alpha) * (((me * r) * (T(1.0) + x * r)) * sc) - alpha
     # x sigma'(x) first (bounded by 0.23): x (1 + 2 alpha) overflowed for a large alpha
     # and then met sigma' = 0 (x = -1e20, alpha = 2e18 in float32 gave NaN, truth -2e18).
+    return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)
+
+
+@kernel
+def _xsilu_bulk_domain(x, alpha):
+    return _silu_bulk_domain(x)
+
+
+# The bulk of xSiLU (|x| <= 700 float64, 80 float32: exp_scaled's tail off, e exact
+# exp(-|x|)): the same bits as the kernels above (see define's bulk).
+@kernel
+def _xsilu_gate_bulk(x, alpha):
+    T = type(x)
+    m = math.expm1(-abs(x))
+    e = exp_normal(-abs(x))
+    num = e + alpha * m if x < T(0.0) else T(1.0) - alpha * m
+    return num / (T(2.0) + m), e
+
+
+@kernel
+def xsilu_f_bulk(x, alpha):
+    gate, e = _xsilu_gate_bulk(x, alpha)
+    return x * gate
+
+
+@kernel
+def xsilu_dx_bulk(x, alpha):
+    T = type(x)
+    gate, e = _xsilu_gate_bulk(x, alpha)
+    r = T(1.0) / (T(1.0) + e)
     return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)
 
 
@@ -488,6 +546,8 @@ define(
     ),
     f=mish_f,
     dx=mish_dx,
+    bulk={"f": mish_f_bulk, "dx": mish_dx_bulk},
+    bulk_domain=_silu_bulk_domain,
     ref=lambda mp, x: _ref_mish(mp, x),
     ref_dx=lambda mp, x: _ref_mish_dx(mp, x),
     scales={"dx": lambda mp, x: _mish_dx_scale(mp, x)},
@@ -524,6 +584,8 @@ define(
     ],
     f=xsilu_f,
     dx=xsilu_dx,
+    bulk={"f": xsilu_f_bulk, "dx": xsilu_dx_bulk},
+    bulk_domain=_xsilu_bulk_domain,
     dparams={"alpha": xsilu_dalpha},
     ref=_ref_xsilu,
     ref_dx=_ref_xsilu_dx,
