@@ -527,6 +527,42 @@ def gelu_a_dx(x, a):
     return _gelu_dx_core(t_hi, t_lo)
 
 
+# The float32 bulk of GELU_a: |a x| <= GELU32_UMAX, as for GELU (the same bits).
+@kernel
+def _gelu_a_bulk_domain(x, a):
+    return is_f32(x) and abs(numba.float64(a) * numba.float64(x)) <= GELU32_UMAX
+
+
+@kernel
+def gelu_a_f_bulk(x, a):
+    if is_f32(x):
+        t = numba.float64(a) * numba.float64(x)
+        ph, m, u = _gate32_bulk(t)
+        return _gelu32_value(x, t, ph, m)
+    return gelu_a_f(x, a)
+
+
+@kernel
+def gelu_a_dx_bulk(x, a):
+    if is_f32(x):
+        t = numba.float64(a) * numba.float64(x)
+        ph, m, u = _gate32_bulk(t)
+        return _gelu32_dx_value(x, t, ph, m, u)
+    return gelu_a_dx(x, a)
+
+
+@kernel
+def gelu_a_da_bulk(x, a):
+    T = type(x)
+    if is_f32(x):
+        t = numba.float64(a) * numba.float64(x)
+        D = type(t)
+        xd = numba.float64(x)
+        ph = exp_normal(D(-0.5) * (t * t) - D(LN_64H))
+        return T((xd * ph) * xd)
+    return gelu_a_da(x, a)
+
+
 # 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
 _K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
 _K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
@@ -780,6 +816,8 @@ define(
     params=[_A],
     f=gelu_a_f,
     dx=gelu_a_dx,
+    bulk={"f": gelu_a_f_bulk, "dx": gelu_a_dx_bulk, "a": gelu_a_da_bulk},
+    bulk_domain=_gelu_a_bulk_domain,
     dparams={"a": gelu_a_da},
     ref=_ref_gelu_a,
     ref_dx=_ref_gelu_a_dx,
