@@ -2,7 +2,7 @@
 Neto, ECML-PKDD 2026, arXiv 2603.06861, eqs. 4, 8, 10, 11)."""
 import math
 
-from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, horner, is_f32
+from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -49,6 +49,12 @@ IGLU_TAIL_HI32 = (
     -1.2111570285943679436e-1, 7.6789719710367167234e-2, -4.7973358180545751602e-2,
     2.9979041358650294974e-2, -2.1256583522486567857e-2, 1.3198798499329941418e-2,
 )
+
+
+# 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as the division did
+# (within 2^-24 ulp of it), at the cost of a multiply and an fma instead of a division.
+INV_PI_HI64, INV_PI_LO64 = 0.3183098861837907, -1.9678676675182486e-17
+INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
 
 
 # --------------------------------------------------------------------------- Z gate
@@ -145,8 +151,13 @@ def iglu_dx(x, sigma):
     near = (v * vv) * p
     # t >= 0: 1/2 + (atan(t) + t/(1+t^2))/pi.
     pos = (ac if big else a) + h
-    # One division by pi for the selected case (each case's own rounding as before).
-    q = ((near if big else far) if neg else pos) / T(math.pi)
+    # One product with 1/pi (hi + lo) for the selected case: a division here was the
+    # fourth of the loop's divisions (float32 fused backward 1.16 -> 1.06 ns/el, one thread).
+    s = (near if big else far) if neg else pos
+    if is_f32(x):
+        q = fma(s, T(INV_PI_HI32), s * T(INV_PI_LO32))
+    else:
+        q = fma(s, T(INV_PI_HI64), s * T(INV_PI_LO64))
     return q if neg else T(0.5) + q
 
 
