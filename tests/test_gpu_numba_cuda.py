@@ -193,11 +193,12 @@ def test_horner_is_unrolled(nc):
     left as hundreds of branches). NVVM may fold the two tail polynomials into one with
     selected coefficients (8 FMAs and 8 selects), so at least 8 + 4 FMAs per element. The
     1-D kernel has the device function inlined once per element it keeps in flight (four)
-    plus once in its remainder loop: one load of x each."""
+    plus in its remainder loop, which NVVM unrolls up to three times (seen since IGLU's
+    division by pi became an fma): one load of x each."""
     ptx = nc.compile_ptx("iglu", "dx", "float32")
     ops = H.ptx_instructions(ptx)
     per = sum(o.startswith("ld.global") for o in ops)
-    assert per == 5
+    assert 5 <= per <= 8
     assert sum(o.startswith("fma") for o in ops) >= 12 * per
     assert sum(o.startswith("bra") for o in ops) < 8 * per
     assert len(ops) < 150 * per
