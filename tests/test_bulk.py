@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu, cpu_backend, cpu_fast
+from iglu_np.backends import cpu, cpu_fast
 
 from . import accuracy as acc
-from .test_fast_path import _fast_as_ufunc, _same
+from .test_fast_path import _fast_as_ufunc, _same, fast_path_at_every_size  # noqa: F401 (autouse)
 
 BULK = [n for n, a in iglu_np.ACTIVATIONS.items() if a.spec.bulk]
 DT = [np.float32, np.float64]
@@ -19,14 +19,6 @@ IDS = ["f32", "f64"]
 EMPTY = {("gelu", np.float64), ("gelu_a", np.float64)}
 # kernel kinds -> the bulk key they use
 _KEY = {"fwd": "f", "dx": "dx", "bwd": "dx"}
-
-
-@pytest.fixture(autouse=True)
-def fast_path_at_every_size():
-    old = cpu_backend.MIN_SIZE
-    cpu_backend.set_min_size(0)
-    yield
-    cpu_backend.set_min_size(old)
 
 
 def test_some_activations_have_bulk_kernels():

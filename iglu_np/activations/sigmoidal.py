@@ -46,6 +46,14 @@ def sigmoid_dx(x):
 # The bulk (|x| <= 708 float64, 87 float32, where exp(-|x|) is normal): the same bits as
 # the kernels above without their tail handling (see define's bulk).
 @kernel
+def _logistic_bulk(x):
+    """(e, r): e = exp(-|x|) (normal: the bulk), r = 1/(1 + e)."""
+    T = type(x)
+    e = exp_normal(-abs(x))
+    return e, T(1.0) / (T(1.0) + e)
+
+
+@kernel
 def _sigmoid_bulk_domain(x):
     T = type(x)
     return abs(x) <= (T(87.0) if is_f32(x) else T(708.0))
@@ -54,16 +62,13 @@ def _sigmoid_bulk_domain(x):
 @kernel
 def sigmoid_f_bulk(x):
     T = type(x)
-    e = exp_normal(-abs(x))
-    r = T(1.0) / (T(1.0) + e)
+    e, r = _logistic_bulk(x)
     return e * r if x < T(0.0) else r
 
 
 @kernel
 def sigmoid_dx_bulk(x):
-    T = type(x)
-    e = exp_normal(-abs(x))
-    r = T(1.0) / (T(1.0) + e)
+    e, r = _logistic_bulk(x)
     return e * r * r
 
 
@@ -126,16 +131,14 @@ def _silu_bulk_domain(x):
 @kernel
 def silu_f_bulk(x):
     T = type(x)
-    e = exp_normal(-abs(x))
-    r = T(1.0) / (T(1.0) + e)
+    e, r = _logistic_bulk(x)
     return x * (e * r) if x < T(0.0) else x * r
 
 
 @kernel
 def silu_dx_bulk(x):
     T = type(x)
-    e = exp_normal(-abs(x))
-    r = T(1.0) / (T(1.0) + e)
+    e, r = _logistic_bulk(x)
     if x < T(0.0):
         return (e * r) * (T(1.0) + x * r)
     return r * (T(1.0) + x * (e * r))
