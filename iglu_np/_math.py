@@ -27,6 +27,7 @@ __all__ = [
     "exp_dw",
     "exp_scaled",
     "exp_normal",
+    "log1p_unit",
     "sigmoid",
     "log1p_exp",
     "horner",
@@ -126,10 +127,18 @@ def exp_dw(hi, lo):
 @kernel
 def exp_normal(x):
     """``exp(x)`` for an x whose exp is a normal number (float64 |x| <= 708, float32
-    |x| <= 87): for the bulk kernels (see :func:`iglu_np._spec.define`), which run only
+    |x| <= 87; the bulk kernels pass x <= 0): for the bulk kernels (see :func:`iglu_np._spec.define`), which run only
     there. The CPU binds :func:`iglu_np._vmath.exp_normal` (the same bits as ``exp`` in
     that range, without its range handling); elsewhere it is ``math.exp``."""
     return math.exp(x)
+
+
+@kernel
+def log1p_unit(x):
+    """``log1p(x)`` for 0 < x <= 1, for the bulk kernels: the CPU binds
+    :func:`iglu_np._vmath.log1p_unit` (log1p's bits there, without its range handling);
+    elsewhere it is ``math.log1p``."""
+    return math.log1p(x)
 
 
 # 64 ln2 = hi + lo per dtype, hi on the grid of the tail's inputs (float32 2^-17: every y in

@@ -35,7 +35,7 @@ from ._math import PIO2_HI64 as _PIO2_HI64
 from ._math import PIO2_LO32 as _PIO2_LO32
 from ._math import PIO2_LO64 as _PIO2_LO64
 
-__all__ = ["horner", "atan", "exp", "exp_normal", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
+__all__ = ["horner", "atan", "exp", "exp_normal", "expm1", "log", "log1p", "log1p_unit", "tanh", "erf", "erfc", "hypot", "MATH",
            "enabled"]
 
 
@@ -264,9 +264,9 @@ def exp(x):
 
 @_jit
 def exp_normal(x):
-    """exp(x) where it is a normal number (float64 -708.39 <= x <= 709.78, float32
-    -87.33 <= x <= 88.72): the same bits as :func:`exp` there, garbage elsewhere (NaN
-    included). No clamps, one scaling step, no NaN guard: 8 fewer vector instructions,
+    """exp(x) for float64 -708.39 <= x <= 709.43, float32 -87.33 <= x <= 88.37 (exp
+    normal, and 2^k finite: k <= 1023 resp. 127): the same bits as :func:`exp` there,
+    garbage elsewhere (NaN included). No clamps, one scaling step, no NaN guard: 8 fewer vector instructions,
     silu float64 1.32 -> 1.06 ns/el on one znver4 core. For the spec's bulk kernels."""
     T = type(x)
     if _f32(x):
@@ -382,6 +382,16 @@ def log1p(x):
     r = T(-math.inf) if x == T(-1.0) else r
     r = T(math.nan) if (x < T(-1.0) or x != x) else r
     return r
+
+
+@_jit
+def log1p_unit(x):
+    """log1p(x) for 0 < x <= 1: the same bits as :func:`log1p` there, without its range
+    handling (big x, x <= -1, 0, inf, NaN: 10 selects). For the spec's bulk kernels."""
+    T = type(x)
+    u = T(1.0) + x
+    c = (T(1.0) - (u - x)) if u >= T(2.0) else (x - (u - T(1.0)))
+    return _log_core(u, c / u)
 
 
 # --------------------------------------------------------------------------- tanh

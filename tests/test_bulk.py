@@ -93,3 +93,19 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
                 xi = x0.copy()
                 act(xi, out=xi, **params)  # in place: the domain is read before the block is written
                 _same(xi, want)
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+def test_vmath_bulk_functions_equal_the_full_ones_in_range(dtype):
+    """exp_normal and log1p_unit (what the bulk kernels call on the CPU) give exp's and
+    log1p's bits wherever exp is normal and on (0, 1]."""
+    from iglu_np import _vmath
+
+    fi = np.finfo(dtype)
+    # exp normal, and 2^k finite (k = maxexp - 1 at most)
+    lo, hi = np.log(fi.tiny) * 0.9999, (fi.maxexp - 0.5) * np.log(2.0) * 0.9999
+    x = np.concatenate([np.linspace(lo, hi, 200_001), [0.0, -0.0, lo, hi]]).astype(dtype)
+    _same(_ufunc(_vmath.exp_normal, 1, dtype)(x), _ufunc(_vmath.exp, 1, dtype)(x))
+    u = np.concatenate([np.geomspace(fi.tiny, 1.0, 200_001), np.linspace(0.5, 1.0, 10_001)]).astype(dtype)
+    u = u[(u > 0) & (u <= 1)]
+    _same(_ufunc(_vmath.log1p_unit, 1, dtype)(u), _ufunc(_vmath.log1p, 1, dtype)(u))

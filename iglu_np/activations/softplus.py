@@ -2,7 +2,7 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import exp_dw, exp_normal, exp_scaled, is_f32, two_prod
+from .._math import exp_dw, exp_normal, exp_scaled, is_f32, log1p_unit, two_prod
 from .._spec import Param, define, kernel
 
 
@@ -66,7 +66,7 @@ def _softplus_bulk_domain(x, beta, threshold):
 @kernel
 def softplus_f_bulk(x, beta, threshold):
     T = type(x)
-    l = math.log1p(exp_normal(-abs(x)))
+    l = log1p_unit(exp_normal(-abs(x)))  # exp(-|x|) is in (0, 1]
     r = x + l if x > T(0.0) else l
     return x if x > threshold else r
 
