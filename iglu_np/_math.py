@@ -73,9 +73,9 @@ def is_f32(x):
 def fma(a, b, c):
     """``a*b + c`` rounded once. Compiled, it is the hardware instruction (the CPU and
     numba-cuda bind :func:`iglu_np._vmath._fma`, numba-cuda-mlir ``cuda.fma``, the C++
-    ``fma``); this Python form (the CUDA
-    simulator's) is exact for the one use here, two_prod's error term, which is
-    representable."""
+    ``fma``); this Python form (the CUDA simulator's) rounds the exact value once to
+    float64 (then to float32 for float32 operands: within the simulator's ulp tolerance), and
+    is exact for two_prod's error term, which is representable."""
     from fractions import Fraction
 
     T = type(a)

@@ -392,22 +392,22 @@ def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
 
     try:
         run(0.002)
-        assert log == ["S"] and not cpu_fast.busy(k, 1000)  # baseline taken on one thread
+        assert log == ["S"] and not cpu_fast.busy(k, 1000, None)  # baseline taken on one thread
         run(0.002)
         run(0.05)  # loses once: a hiccup
         run(0.002)
-        assert log[1:] == ["T", "T", "T"] and not cpu_fast.busy(k, 1000)
+        assert log[1:] == ["T", "T", "T"] and not cpu_fast.busy(k, 1000, None)
         run(0.05)
         run(0.05)  # loses twice in a row: contended
-        assert cpu_fast.busy(k, 1000) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.2
+        assert cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.2
         run(0.002)
         assert log[-1] == "S"  # cooling down: one thread
         time.sleep(0.25)
         run(0.05)  # the probe still loses: a longer cooldown
-        assert log[-1] == "T" and cpu_fast.busy(k, 1000) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.4
+        assert log[-1] == "T" and cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.4
         cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][2] = time.perf_counter() - 1.0
         run(0.002)  # the machine is free again
-        assert log[-1] == "T" and not cpu_fast.busy(k, 1000) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.0
+        assert log[-1] == "T" and not cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.0
         # another dtype or size class has its own baseline (float32's is no yardstick for
         # float64, nor a cache-resident size's for a memory-bound one)
         for n, dt in ((1000, "f"), (1000, "d"), (64000, None)):

@@ -122,8 +122,8 @@ def iglu_dx(x, sigma):
     t = sigma * x
     neg = t < T(0.0)
     # Everything from v = min(|t|, 1/|t|) in [0, 1] with 3 divisions (1/|t|, h and atan's
-    # own) and one by pi: division is what bounds this kernel's vector throughput; the
-    # form with 1/t, atan(1/|t|), 1/(t + 1/t) and a /pi per case took 9.
+    # own) and a product with 1/pi: division is what bounds this kernel's vector throughput;
+    # the form with 1/t, atan(1/|t|), 1/(t + 1/t) and a /pi per case took 9.
     w = abs(t)
     big = w > T(1.0)
     # LLVM turns 1/select(c, w, K) into select(c, 1/w, 1/K), dividing every lane by w: w +

@@ -438,7 +438,7 @@ def _gkey(k, n, dt):
     return (k, dt, max(1, n).bit_length() // 2)
 
 
-def busy(k, n=1, dt=None) -> bool:
+def busy(k, n, dt) -> bool:
     """Whether calls of threaded kernel ``k`` on ``n`` elements of ``dt`` run on one
     thread now: no single-thread baseline yet, or cooling down after threaded calls that
     lost to it."""
