@@ -437,6 +437,19 @@ def _gelu32_dx(x, t):
 
 
 @kernel
+def _gelu32_f_bulk(x, t):
+    """_gelu32_f for |t| <= GELU32_UMAX (the bulk: the same bits)."""
+    ph, m, u = _gate32_bulk(t)
+    return _gelu32_value(x, t, ph, m)
+
+
+@kernel
+def _gelu32_dx_bulk(x, t):
+    ph, m, u = _gate32_bulk(t)
+    return _gelu32_dx_value(x, t, ph, m, u)
+
+
+@kernel
 def _ax32(x, a):
     """a x in float64 (exact for float32 a and x); a = 0 gives 0 even at x = +-inf."""
     T = type(x)
@@ -484,18 +497,14 @@ def _gelu_bulk_domain(x):
 @kernel
 def gelu_f_bulk(x):
     if is_f32(x):
-        t = numba.float64(x)
-        ph, m, u = _gate32_bulk(t)
-        return _gelu32_value(x, t, ph, m)
+        return _gelu32_f_bulk(x, numba.float64(x))
     return gelu_f(x)
 
 
 @kernel
 def gelu_dx_bulk(x):
     if is_f32(x):
-        t = numba.float64(x)
-        ph, m, u = _gate32_bulk(t)
-        return _gelu32_dx_value(x, t, ph, m, u)
+        return _gelu32_dx_bulk(x, numba.float64(x))
     return gelu_dx(x)
 
 
@@ -536,18 +545,14 @@ def _gelu_a_bulk_domain(x, a):
 @kernel
 def gelu_a_f_bulk(x, a):
     if is_f32(x):
-        t = numba.float64(a) * numba.float64(x)
-        ph, m, u = _gate32_bulk(t)
-        return _gelu32_value(x, t, ph, m)
+        return _gelu32_f_bulk(x, numba.float64(a) * numba.float64(x))
     return gelu_a_f(x, a)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
     if is_f32(x):
-        t = numba.float64(a) * numba.float64(x)
-        ph, m, u = _gate32_bulk(t)
-        return _gelu32_dx_value(x, t, ph, m, u)
+        return _gelu32_dx_bulk(x, numba.float64(a) * numba.float64(x))
     return gelu_a_dx(x, a)
 
 

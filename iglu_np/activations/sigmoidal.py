@@ -178,14 +178,28 @@ def _mish_gate(x):
     """
     T = type(x)
     if x > T(0.0):
-        e = math.exp(-x)
-        d = T(1.0) + T(2.0) * e * (T(1.0) + e)
-        q = T(2.0) * e * e / d
-        return T(1.0) - q, q, T(1.0) / (T(1.0) + e), T(1.0)
+        g, q, s = _mish_gate_pos(math.exp(-x))
+        return g, q, s, T(1.0)
     m, sc = exp_scaled(x, T(0.0))  # e^x = m sc
-    e = m * sc
+    g, q, s = _mish_gate_neg(m, m * sc)
+    return g, q, s, sc
+
+
+@kernel
+def _mish_gate_pos(e):
+    """(g, q, s) for x > 0 from e = exp(-x)."""
+    T = type(e)
+    d = T(1.0) + T(2.0) * e * (T(1.0) + e)
+    q = T(2.0) * e * e / d
+    return T(1.0) - q, q, T(1.0) / (T(1.0) + e)
+
+
+@kernel
+def _mish_gate_neg(m, e):
+    """(g, q, s) (g and s scaled as m) for x <= 0 from e = exp(x) = m sc."""
+    T = type(e)
     d = e * (e + T(2.0)) + T(2.0)
-    return (m * (e + T(2.0))) / d, T(2.0) / d, m / (T(1.0) + e), sc
+    return (m * (e + T(2.0))) / d, T(2.0) / d, m / (T(1.0) + e)
 
 
 @kernel
@@ -215,11 +229,8 @@ def _mish_gate_bulk(x):
     T = type(x)
     e = exp_normal(-abs(x))
     if x > T(0.0):
-        d = T(1.0) + T(2.0) * e * (T(1.0) + e)
-        q = T(2.0) * e * e / d
-        return T(1.0) - q, q, T(1.0) / (T(1.0) + e)
-    d = e * (e + T(2.0)) + T(2.0)
-    return (e * (e + T(2.0))) / d, T(2.0) / d, e / (T(1.0) + e)
+        return _mish_gate_pos(e)
+    return _mish_gate_neg(e, e)
 
 
 @kernel
@@ -248,11 +259,18 @@ def _xsilu_gate(x, alpha):
     m = math.expm1(-abs(x))
     me, sc = exp_scaled(-abs(x), T(0.0))  # e = me sc (me normal in the far tail, see _tail)
     e = me * sc  # not m + 1, which is 0 once m rounds to -1
+    return _xsilu_gate_of(x, alpha, m, e), e, me, sc
+
+
+@kernel
+def _xsilu_gate_of(x, alpha, m, e):
+    """The gate from m = expm1(-|x|) and e = exp(-|x|)."""
+    T = type(x)
     if x < T(0.0):
         num = e + alpha * m
     else:
         num = T(1.0) - alpha * m
-    return num / (T(2.0) + m), e, me, sc
+    return num / (T(2.0) + m)
 
 
 @kernel
@@ -295,11 +313,8 @@ def _xsilu_bulk_domain(x, alpha):
 # exp(-|x|)): the same bits as the kernels above (see define's bulk).
 @kernel
 def _xsilu_gate_bulk(x, alpha):
-    T = type(x)
-    m = math.expm1(-abs(x))
     e = exp_normal(-abs(x))
-    num = e + alpha * m if x < T(0.0) else T(1.0) - alpha * m
-    return num / (T(2.0) + m), e
+    return _xsilu_gate_of(x, alpha, math.expm1(-abs(x)), e), e
 
 
 @kernel
