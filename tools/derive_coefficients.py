@@ -33,23 +33,31 @@ def fit(name, f, interval, degree, center=0):
 
 
 def iglu_tail(v):
-    # (atan(u) - u/(1+u^2)) / u^3 with v = u^2: the IGLU derivative's negative tail
-    # divided by its leading behaviour; series 2/3 - 4/5 v + 6/7 v^2 - ...
+    # D(u)/u^3 = (atan(u) - u/(1+u^2)) / u^3 with v = u^2: the IGLU derivative's negative
+    # tail divided by its leading behaviour; series 2/3 - 4/5 v + 6/7 v^2 - ...
     if v == 0:
         return mp.mpf(2) / 3
     u = mp.sqrt(v)
     return (mp.atan(u) - u / (1 + v)) / u**3
 
 
+def iglu_sum(v):
+    # (S(u) - 2u)/u^3 with S(u) = atan(u) + u/(1+u^2), v = u^2; series -4/3 + 6/5 v - ...
+    if v == 0:
+        return -mp.mpf(4) / 3
+    u = mp.sqrt(v)
+    return (mp.atan(u) + u / (1 + v) - 2 * u) / u**3
+
+
 if __name__ == "__main__":
-    # Two pieces keep the Horner sums well conditioned (a single monomial fit on [0, 1]
-    # has alternating coefficients ~1 and loses ~50 ulp at v = 1).
-    fit("IGLU_TAIL_LO", iglu_tail, [0, 0.25], 15)
-    fit("IGLU_TAIL_HI", iglu_tail, [0.25, 1], 19, center=mp.mpf("0.625"))
-    # float32: degrees 6 and 8 (4.9e-9, 1.3e-8 < 2^-26) suffice, and the float64 degrees
-    # cost a float32 fused backward ~35% of its time.
-    fit("IGLU_TAIL_LO32", iglu_tail, [0, 0.25], 6)
-    fit("IGLU_TAIL_HI32", iglu_tail, [0.25, 1], 8, center=mp.mpf("0.625"))
+    # IGLU's derivative from u = min(|t|, 1/|t|) in [0, 1] needs only S and D: S = 2u +
+    # u^3 R(u^2), D = u^3 P(u^2). One polynomial each on v in [0, 1], in (v - 1/2): the
+    # series in v have alternating coefficients ~1 (a monomial fit loses ~50 ulp at v = 1),
+    # centred the Horner condition is < 2.4. float32: 1e-8 and 2e-9; float64: ~1e-17.
+    fit("IGLU_R32", iglu_sum, [0, 1], 10, center=mp.mpf("0.5"))
+    fit("IGLU_D32", iglu_tail, [0, 1], 11, center=mp.mpf("0.5"))
+    fit("IGLU_R64", iglu_sum, [0, 1], 22, center=mp.mpf("0.5"))
+    fit("IGLU_D64", iglu_tail, [0, 1], 22, center=mp.mpf("0.5"))
 
 
 # --------------------------------------------------------------------------- GELU
