@@ -18,13 +18,50 @@ _SIGMA = Param(
     test_values=(1e-3, 0.1, 0.5, 5.0, 10.0, 1e3, 0.73),
 )
 
-# IGLU's derivative from u = min(|t|, 1/|t|) in [0, 1]: S(u) = atan(u) + u/(1+u^2) =
-# 2u + u^3 R(u^2) and D(u) = atan(u) - u/(1+u^2) = u^3 P(u^2) (the tail, where the two
-# terms cancel), each one polynomial in (u^2 - 1/2), from tools/derive_coefficients.py.
-# Each element needs one of them, so one Horner pass runs on coefficients chosen by a
-# select. This replaced an atan, the division u/(1+u^2) and two tail pieces (3 divisions
-# per element, now 1): float32 fused backward 1.09 -> 0.71 ns/el on one znver4 core,
-# float64 3.23 -> 2.71, the same worst ulp.
+# IGLU from u = min(|t|, 1/|t|) in [0, 1]: the forward needs atan(u) = u A(u^2), the
+# derivative S(u) = atan(u) + u/(1+u^2) = 2u + u^3 R(u^2) and D(u) = atan(u) - u/(1+u^2) =
+# u^3 P(u^2) (the tail, where the two terms cancel), each one polynomial in (u^2 - 1/2),
+# from tools/derive_coefficients.py. Each derivative element needs one of R and P, so one
+# Horner pass runs on coefficients chosen by a select. This replaced an atan, the division
+# u/(1+u^2) and two tail pieces (3 divisions per element, now 1): float32 fused backward
+# 1.09 -> 0.71 ns/el on one znver4 core, float64 3.23 -> 2.71, the same worst ulp.
+# IGLU_A32: degree 9 in (v - 0.5) on [0, 1], max rel error 2.84e-9, Horner condition <= 1.27
+IGLU_A32 = (
+    8.7041975333559142371e-1,
+    -2.0375308590456519072e-1,
+    8.3407011872464122939e-2,
+    -4.0246668915746819274e-2,
+    2.106182546947958627e-2,
+    -1.1559041487343657212e-2,
+    6.4092882919969610291e-3,
+    -3.7117983426013233605e-3,
+    2.832383966640618052e-3,
+    -1.7011700640685972273e-3,
+)
+# IGLU_A64: degree 20 in (v - 0.5) on [0, 1], max rel error 5.38e-18, Horner condition <= 1.27
+IGLU_A64 = (
+    8.7041975136710319747e-1,
+    -2.0375308470043637704e-1,
+    8.3407404828432475784e-2,
+    -4.0246909282000567846e-2,
+    2.1049375194068218228e-2,
+    -1.1551426785721466196e-2,
+    6.5456999119728953612e-3,
+    -3.7952052130909101715e-3,
+    2.2387042967768090391e-3,
+    -1.3384052012770825243e-3,
+    8.0882105359286727842e-4,
+    -4.9315780113829896954e-4,
+    3.0288569623025254453e-4,
+    -1.8682779985677611943e-4,
+    1.1607653397852357797e-4,
+    -7.4325946495253673009e-5,
+    4.6605676051395564337e-5,
+    -2.3384053313367483112e-5,
+    1.4718018065904149804e-5,
+    -1.9859097331475870487e-5,
+    1.2631178430477425717e-5,
+)
 # IGLU_R32: degree 10 in (v - 0.5) on [0, 1], max rel error 5.99e-9, Horner condition <= 1.87
 IGLU_R32 = (
     -9.2582716393246027172e-1,
@@ -107,9 +144,6 @@ IGLU_D64 = (
     1.6855055049064735428e-4,
 )
 
-
-
-
 def _padded(*ts, dtype=float):
     """The tuples zero-padded at the high-degree end to one length: Horner then gives the
     same value bit for bit, so one evaluation with coefficients chosen by selects replaces
@@ -169,36 +203,46 @@ def z_gate_dsigma(x, sigma):
 
 # --------------------------------------------------------------------------- IGLU
 @kernel
-def iglu_f(x, sigma):
-    T = type(x)
-    t = sigma * x
-    neg = t < T(0.0)
-    # One atan on the selected argument and selects instead of branches: the element
-    # loop vectorises (see z_gate_f). Each case computes exactly what it did as a branch;
-    # the arguments of the discarded cases are clamped so that no lane raises FP flags.
-    u = T(-1.0) / (t if neg else -abs(t) - T(1.0))  # 1/|t| where t < 0 (see z_gate_f)
-    a = math.atan(u if neg else t)
-    pos = x * (T(0.5) + a / T(math.pi))
-    # u < 1: x*atan(u)/pi = -(atan(u)/u)/(pi*sigma): exact limit -1/(pi*sigma) at -inf,
-    # and atan(u)/u is insensitive to the rounding of u.
-    ratio = a / (u if u > T(0.0) else T(1.0)) if u > T(0.0) else T(1.0)
-    near = -ratio / (T(math.pi) * sigma)
-    far = (x if u >= T(1.0) else T(0.0)) * (a / T(math.pi))
-    return (near if u < T(1.0) else far) if neg else pos
-
-
-@kernel
-def iglu_dx(x, sigma):
-    T = type(x)
-    t = sigma * x
-    neg = t < T(0.0)
+def _inv_min(t):
+    """(neg, big, u): t < 0, |t| > 1 and u = min(|t|, 1/|t|) in [0, 1] (NaN for NaN)."""
+    T = type(t)
     w = abs(t)
     big = w > T(1.0)
     # LLVM turns 1/select(c, w, K) into select(c, 1/w, 1/K), dividing every lane by w: w +
     # 2^-100 (= w wherever big; 0 and subnormals become 2^-100) keeps that division free of
     # FP flags (divide by zero, overflow), which the raw ufunc reports as warnings.
     r = T(1.0) / ((w + T(7.888609052210118e-31)) if big else T(1.0))
-    u = r if big else w
+    return t < T(0.0), big, (r if big else w)
+
+
+@kernel
+def iglu_f(x, sigma):
+    T = type(x)
+    neg, big, u = _inv_min(sigma * x)
+    if is_f32(x):
+        a = horner(u * u - T(0.5), IGLU_A32)
+        ip_hi = T(INV_PI_HI32)
+        ip_lo = T(INV_PI_LO32)
+    else:
+        a = horner(u * u - T(0.5), IGLU_A64)
+        ip_hi = T(INV_PI_HI64)
+        ip_lo = T(INV_PI_LO64)
+    # One division (u) and one polynomial, no atan (whose reduction divides again) and no
+    # division by pi: k = atan(u)/pi, and Z(t) = 1/2 + atan(t)/pi with atan(1/u) = pi/2 -
+    # atan(u) is 1/2 + k, 1 - k (t >= 0, |t| <= 1 or > 1), 1/2 - k, k (t < 0).
+    au = u * a
+    k = fma(au, ip_hi, au * ip_lo)
+    z = (k if big else T(0.5) - k) if neg else (T(1.0) - k if big else T(0.5) + k)
+    # t < -1: x atan(u)/pi = -(atan(u)/u)/(pi sigma) = -(a/pi)/sigma: exact limit
+    # -1/(pi sigma) at -inf, and insensitive to the rounding of t and u.
+    near = -fma(a, ip_hi, a * ip_lo) / sigma
+    return near if (neg and big) else x * z
+
+
+@kernel
+def iglu_dx(x, sigma):
+    T = type(x)
+    neg, big, u = _inv_min(sigma * x)
     uu = u * u
     u3 = u * uu
     # pi/2 and 1/pi as hi + lo per dtype
