@@ -226,7 +226,8 @@ GELU_G32 = (
 )
 
 
-# float32 GELU/GELU_a for |a x| <= GELU32N_UMAX, in float32 arithmetic: Phi(-u) =
+# GELU/GELU_a for |a x| <= GELU32N_UMAX (float32) or GELU64N_UMAX (float64), in the
+# working precision: Phi(-u) =
 # exp(-u^2/2) r (H0 + q H(q)) with r = 1/(u + 2) and q = (u - 2)/(u + 2), from
 # tools/derive_coefficients.py (gelu32n_fits); H0 = hi + lo.
 GELU32N_UMAX = 12.5  # exp(-u^2/2) >= e^-78: normal, with room for the e^(f) correction
@@ -246,6 +247,41 @@ GELU_H32 = (
     -6.33409435977228e-05,
 )
 H32_C0_HI, H32_C0_LO = GELU_H32_C0
+# float64: the same form for |a x| <= GELU64N_UMAX (exp(-u^2/2) >= e^-338).
+GELU64N_UMAX = 26.0
+# GELU_H64: degree 28 in q on [-1.0, 0.857143], c0 = hi + lo, max rel error 5.77e-18
+GELU_H64_C0 = (0.6724080048926824, 4.709420315877919e-17)
+GELU_H64 = (
+    -0.331404442388781,
+    0.028797360345362576,
+    0.03671836096891323,
+    -0.00046959683437174283,
+    -0.006724907077749308,
+    -0.0019511241613038126,
+    0.000785118147846931,
+    0.0008271989469940624,
+    0.00020699183490064253,
+    -0.00011569261771302007,
+    -0.00012855266107251618,
+    -4.605790376269265e-05,
+    9.685129078619734e-06,
+    2.172105626977332e-05,
+    1.255971664200454e-05,
+    1.973215120541982e-06,
+    -2.8289081277938758e-06,
+    -2.8413134672073855e-06,
+    -1.393933766514712e-06,
+    -3.533936084009971e-07,
+    3.3838454327915586e-07,
+    7.165534482927908e-07,
+    4.0862034865854684e-07,
+    -1.438328229691777e-07,
+    -2.3776171401016898e-07,
+    -3.8738591210635275e-08,
+    4.012774039565429e-08,
+    1.3984566037775593e-08,
+)
+H64_C0_HI, H64_C0_LO = GELU_H64_C0
 INV_SQRT_2PI = 0.39894228040143267794
 
 def _padded(*ts, dtype=float):
@@ -348,7 +384,9 @@ def _mills_both(a):
     S(a)/a above; a4 = max(a, 4) (NaN stays NaN and is not small)."""
     T = type(a)
     small = a < T(4.0)
-    a4 = T(4.0) if small else a
+    # a + 2^-100 is a where not small: LLVM turns s/select(c, 4, a) into select(c, s/4,
+    # s/a), and s/a at a = 0 made the raw float64 ufunc warn "divide by zero".
+    a4 = T(4.0) if small else a + T(7.888609052210118e-31)
     s = _mills_s(a4)
     m = _mills_poly(a if small else T(0.0))
     m = m if small else s / a4
@@ -385,8 +423,8 @@ def _gelu_dx_core(t_hi, t_lo):
 
 
 # --------------------------------------------------------------------------- float32 tail
-# |a x| > GELU32N_UMAX (the native float32 form below takes the rest; the exact kernels
-# compute both and select): computed in float64 and rounded once at the end: t = a x is exact
+# |a x| > GELU32N_UMAX (the native form below takes the rest; the exact kernels compute
+# both and select): computed in float64 and rounded once at the end: t = a x is exact
 # (two 24-bit significands), t^2 has a relative error of 2^-53 at most, so the exponent
 # of phi needs no double-word steps (its rounding costs |t^2/2| 2^-53 <= 2e-14), float64
 # keeps the x << 0 tail normal where float32 goes subnormal (one rounding there, not two),
@@ -450,17 +488,19 @@ def _gelu32_dx(x, t):
     return _gelu32_dx_value(x, t, ph, m, u)
 
 
-# --------------------------------------------------------------------------- float32 native
-# |a x| <= GELU32N_UMAX, the bulk of any input, in float32 arithmetic (2.5x faster than
-# the float64 form above, which takes the tail): the exponent -t^2/2 = y + f with y exact
-# and f from an fma, r = 1/(u + 2) with both roundings (u + 2's and the division's) known
-# exactly as res, and the two corrections applied once, to first order, as (1 + res + f).
-# The product is ordered so that H0 + hl is never rounded. Worst error 3.2 ulp (value),
-# against 0.5 in float64: the accuracy spent for the speed of issue #22.
+# --------------------------------------------------------------------------- native
+# |a x| <= GELU32N_UMAX (float32) or GELU64N_UMAX (float64), the bulk of any input, in the
+# working precision (float32: 2.1x faster than the float64 form above, which takes the
+# tail; float64: 2x faster than the double-word form, which takes the tail): the exponent
+# -t^2/2 = y + f with y exact and f from an fma, r = 1/(u + 2) with both roundings (u +
+# 2's and the division's) known exactly as res, and the two corrections applied once, to
+# first order, as (1 + res + f). The product is ordered so that H0 + hl is never rounded.
+# Worst error ~3.3 ulp (value), against 0.5 (float32) and 2.4 (float64) for the tail
+# forms: the accuracy spent for the speed of issue #22.
 @kernel
-def _mills32n(u, nu_lo):
+def _mills_n(u, nu_lo):
     """(r, hl, res): M(w)/sqrt(2 pi) = r (1 + res) (H0 + hl) for w = u - nu_lo >= 0 (to
-    O(2^-46)); nu_lo: minus the low part of |a x| (0 for GELU). With _exponent32n's y
+    O(eps^2)); nu_lo: minus the low part of |a x| (0 for GELU). With _exponent_n's y
     and f, Phi(-w) = r exp(y) (H0 + hl)(1 + res + f)."""
     T = type(u)
     d = u + T(2.0)
@@ -472,12 +512,19 @@ def _mills32n(u, nu_lo):
     res = fma(-d, r, T(1.0)) - ed * r
     # q = 1 - 4/(w + 2) from the corrected r: its error would cost up to 1 ulp otherwise.
     q = fma(-(T(4.0) * r), res, fma(T(-4.0), r, T(1.0)))
-    hl = fma(q, horner(q, GELU_H32), T(H32_C0_LO))
-    return r, hl, res
+    if is_f32(u):
+        return r, fma(q, horner(q, GELU_H32), T(H32_C0_LO)), res
+    return r, fma(q, horner(q, GELU_H64), T(H64_C0_LO)), res
 
 
 @kernel
-def _exponent32n(t_hi, t_lo):
+def _h0(x):
+    T = type(x)
+    return T(H32_C0_HI) if is_f32(x) else T(H64_C0_HI)
+
+
+@kernel
+def _exponent_n(t_hi, t_lo):
     """(y, f): -(t_hi + t_lo)^2 / 2 = y + f, y = -t_hi^2/2 rounded once."""
     T = type(t_hi)
     s = t_hi * t_hi
@@ -487,81 +534,84 @@ def _exponent32n(t_hi, t_lo):
 
 
 @kernel
-def _gelu32n_value(x, t_hi, r, hl, c, ex):
+def _gelu_n_value(x, t_hi, r, hl, c, ex):
     """x Phi(t): Phi(-|t|) = r ex (H0 + hl)(1 + c), and Phi(t) = 1 - Phi(-t) for t >= 0."""
     T = type(x)
+    h0 = _h0(x)
     a = r * ex
-    hc = fma(T(H32_C0_HI) + hl, c, hl)
-    q = fma(a, T(H32_C0_HI), a * hc)
+    hc = fma(h0 + hl, c, hl)
+    q = fma(a, h0, a * hc)
     return x * (q if t_hi < T(0.0) else T(1.0) - q)
 
 
 @kernel
-def _gelu32n_dx_value(t_hi, r, hl, res, f, ex):
+def _gelu_n_dx_value(t_hi, r, hl, res, f, ex):
     """Phi(t) + t phi(t) = phi(u) (M(u) - u) for t < 0, 1 - phi(u) (M(u) - u) for t >= 0
     (u = |t|, phi M = ex G with G = M/sqrt(2 pi))."""
     T = type(t_hi)
-    g = r * (T(H32_C0_HI) + hl)
+    g = r * (_h0(t_hi) + hl)
     g = fma(g, res, g)
     v = fma(ex, f, ex) * (g - abs(t_hi) * T(INV_SQRT_2PI))
     return v if t_hi < T(0.0) else T(1.0) - v
 
 
 @kernel
-def _native32(t_hi):
-    return abs(t_hi) <= type(t_hi)(GELU32N_UMAX)  # NaN: not native
+def _native(t_hi):
+    """|t_hi| within the native form's range (NaN: not)."""
+    T = type(t_hi)
+    return abs(t_hi) <= (T(GELU32N_UMAX) if is_f32(t_hi) else T(GELU64N_UMAX))
 
 
 @kernel
-def _safe32n(t_hi, t_lo, nu_lo):
+def _safe_n(t_hi, t_lo, nu_lo):
     """(native, t_hi, t_lo, nu_lo), the last three 0 where not native: the tail's lanes
     compute the native form at 0."""
     T = type(t_hi)
-    native = _native32(t_hi)
+    native = _native(t_hi)
     z = T(0.0)
     return native, (t_hi if native else z), (t_lo if native else z), (nu_lo if native else z)
 
 
 @kernel
-def _gelu32_fx(x, t_hi, t_lo, nu_lo, t):
-    """x Phi(t) for float32 x: t_hi + t_lo = t as a float32 pair, nu_lo = -(|t| - |t_hi|),
-    t in float64 (for the tail)."""
-    native, th, tl, nl = _safe32n(t_hi, t_lo, nu_lo)
-    r, hl, res = _mills32n(abs(th), nl)
-    y, f = _exponent32n(th, tl)
-    v = _gelu32n_value(x, th, r, hl, res + f, math.exp(y))
-    return v if native else _gelu32_f(x, t)
+def _gelu_fx(x, t_hi, t_lo, nu_lo, tail):
+    """x Phi(t): the native form where _native(t_hi), else ``tail`` (the tail form's value,
+    computed by the caller); t_hi + t_lo = t, nu_lo = |t_hi| - |t|."""
+    native, th, tl, nl = _safe_n(t_hi, t_lo, nu_lo)
+    r, hl, res = _mills_n(abs(th), nl)
+    y, f = _exponent_n(th, tl)
+    v = _gelu_n_value(x, th, r, hl, res + f, math.exp(y))
+    return v if native else tail
 
 
 @kernel
-def _gelu32_dxx(x, t_hi, t_lo, nu_lo, t):
-    native, th, tl, nl = _safe32n(t_hi, t_lo, nu_lo)
-    r, hl, res = _mills32n(abs(th), nl)
-    y, f = _exponent32n(th, tl)
-    v = _gelu32n_dx_value(th, r, hl, res, f, math.exp(y))
-    return v if native else _gelu32_dx(x, t)
+def _gelu_dxx(t_hi, t_lo, nu_lo, tail):
+    native, th, tl, nl = _safe_n(t_hi, t_lo, nu_lo)
+    r, hl, res = _mills_n(abs(th), nl)
+    y, f = _exponent_n(th, tl)
+    v = _gelu_n_dx_value(th, r, hl, res, f, math.exp(y))
+    return v if native else tail
 
 
-# The CPU's bulk: _native32 holds for every element, so the same bits without the tail.
+# The CPU's bulk: _native holds for every element, so the same bits without the tail.
 @kernel
-def _gelu32_fx_bulk(x, t_hi, t_lo, nu_lo):
-    r, hl, res = _mills32n(abs(t_hi), nu_lo)
-    y, f = _exponent32n(t_hi, t_lo)
-    return _gelu32n_value(x, t_hi, r, hl, res + f, exp_normal(y))
-
-
-@kernel
-def _gelu32_dxx_bulk(x, t_hi, t_lo, nu_lo):
-    r, hl, res = _mills32n(abs(t_hi), nu_lo)
-    y, f = _exponent32n(t_hi, t_lo)
-    return _gelu32n_dx_value(t_hi, r, hl, res, f, exp_normal(y))
+def _gelu_fx_bulk(x, t_hi, t_lo, nu_lo):
+    r, hl, res = _mills_n(abs(t_hi), nu_lo)
+    y, f = _exponent_n(t_hi, t_lo)
+    return _gelu_n_value(x, t_hi, r, hl, res + f, exp_normal(y))
 
 
 @kernel
-def _ax32n(x, a):
-    """(t_hi, t_lo, nu_lo): a x = t_hi + t_lo in float32 (the fma's error term is exact
-    wherever it matters: no 1e30 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it)
-    and nu_lo = |t_hi| - |a x|; a = 0 at x = +-inf gives 0."""
+def _gelu_dxx_bulk(t_hi, t_lo, nu_lo):
+    r, hl, res = _mills_n(abs(t_hi), nu_lo)
+    y, f = _exponent_n(t_hi, t_lo)
+    return _gelu_n_dx_value(t_hi, r, hl, res, f, exp_normal(y))
+
+
+@kernel
+def _axn(x, a):
+    """(t_hi, t_lo, nu_lo): a x = t_hi + t_lo (the fma's error term is exact wherever it
+    matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it) and
+    nu_lo = |t_hi| - |a x|; a = 0 at x = +-inf gives 0."""
     T = type(x)
     p = a * x
     e = fma(a, x, -p)
@@ -597,39 +647,39 @@ def _gelu32_da(x, a):
 def gelu_f(x):
     T = type(x)
     if is_f32(x):
-        return _gelu32_fx(x, x, T(0.0), T(0.0), numba.float64(x))
-    return _gelu_core(x, x, T(0.0))
+        tail = _gelu32_f(x, numba.float64(x))
+    else:
+        tail = _gelu_core(x, x, T(0.0))
+    return _gelu_fx(x, x, T(0.0), T(0.0), tail)
 
 
 @kernel
 def gelu_dx(x):
     T = type(x)
     if is_f32(x):
-        return _gelu32_dxx(x, x, T(0.0), T(0.0), numba.float64(x))
-    return _gelu_dx_core(x, T(0.0))
+        tail = _gelu32_dx(x, numba.float64(x))
+    else:
+        tail = _gelu_dx_core(x, T(0.0))
+    return _gelu_dxx(x, T(0.0), T(0.0), tail)
 
 
-# The float32 bulk: |x| <= GELU32N_UMAX, the native form alone (the same bits as the
-# kernels above there: see define's bulk). float64 always takes the exact kernels.
+# The bulk: |x| within the native form's range, which alone runs there (the same bits as
+# the kernels above: see define's bulk).
 @kernel
 def _gelu_bulk_domain(x):
-    return is_f32(x) and abs(x) <= type(x)(GELU32N_UMAX)
+    return _native(x)
 
 
 @kernel
 def gelu_f_bulk(x):
     T = type(x)
-    if is_f32(x):
-        return _gelu32_fx_bulk(x, x, T(0.0), T(0.0))
-    return gelu_f(x)
+    return _gelu_fx_bulk(x, x, T(0.0), T(0.0))
 
 
 @kernel
 def gelu_dx_bulk(x):
     T = type(x)
-    if is_f32(x):
-        return _gelu32_dxx_bulk(x, x, T(0.0), T(0.0))
-    return gelu_dx(x)
+    return _gelu_dxx_bulk(x, T(0.0), T(0.0))
 
 
 # --------------------------------------------------------------------------- GELU_a
@@ -647,42 +697,42 @@ def _ax(x, a):
 @kernel
 def gelu_a_f(x, a):
     if is_f32(x):
-        t_hi, t_lo, nu_lo = _ax32n(x, a)
-        return _gelu32_fx(x, t_hi, t_lo, nu_lo, _ax32(x, a))
-    t_hi, t_lo = _ax(x, a)
-    return _gelu_core(x, t_hi, t_lo)
+        tail = _gelu32_f(x, _ax32(x, a))
+    else:
+        t_hi, t_lo = _ax(x, a)
+        tail = _gelu_core(x, t_hi, t_lo)
+    n_hi, n_lo, nu_lo = _axn(x, a)
+    return _gelu_fx(x, n_hi, n_lo, nu_lo, tail)
 
 
 @kernel
 def gelu_a_dx(x, a):
     if is_f32(x):
-        t_hi, t_lo, nu_lo = _ax32n(x, a)
-        return _gelu32_dxx(x, t_hi, t_lo, nu_lo, _ax32(x, a))
-    t_hi, t_lo = _ax(x, a)
-    return _gelu_dx_core(t_hi, t_lo)
+        tail = _gelu32_dx(x, _ax32(x, a))
+    else:
+        t_hi, t_lo = _ax(x, a)
+        tail = _gelu_dx_core(t_hi, t_lo)
+    n_hi, n_lo, nu_lo = _axn(x, a)
+    return _gelu_dxx(n_hi, n_lo, nu_lo, tail)
 
 
-# The float32 bulk of GELU_a: |a x| <= GELU32N_UMAX with a x rounded as _ax32n's t_hi
-# (a = 0 at x = +-inf gives NaN here: not bulk), as for GELU.
+# The bulk of GELU_a: a x (rounded as _axn's t_hi) within the native range (a = 0 at
+# x = +-inf gives NaN here: not bulk), as for GELU.
 @kernel
 def _gelu_a_bulk_domain(x, a):
-    return is_f32(x) and abs(a * x) <= type(x)(GELU32N_UMAX)
+    return _native(a * x)
 
 
 @kernel
 def gelu_a_f_bulk(x, a):
-    if is_f32(x):
-        t_hi, t_lo, nu_lo = _ax32n(x, a)
-        return _gelu32_fx_bulk(x, t_hi, t_lo, nu_lo)
-    return gelu_a_f(x, a)
+    t_hi, t_lo, nu_lo = _axn(x, a)
+    return _gelu_fx_bulk(x, t_hi, t_lo, nu_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
-    if is_f32(x):
-        t_hi, t_lo, nu_lo = _ax32n(x, a)
-        return _gelu32_dxx_bulk(x, t_hi, t_lo, nu_lo)
-    return gelu_a_dx(x, a)
+    t_hi, t_lo, nu_lo = _axn(x, a)
+    return _gelu_dxx_bulk(t_hi, t_lo, nu_lo)
 
 
 @kernel
