@@ -126,15 +126,15 @@ def test_key_follows_the_loaded_code_not_only_the_file():
     from iglu_np.backends import cpu
 
     spec = iglu_np.get("iglu").spec
-    f = spec.f
+    f = spec.dx
     code = f.__code__
     consts = tuple(0.25 if c == 0.5 else c for c in code.co_consts)
-    assert consts != code.co_consts, "iglu_f has no 0.5 constant to change"
+    assert consts != code.co_consts, "iglu_dx has no 0.5 constant to change"
     edited = types.FunctionType(code.replace(co_consts=consts), f.__globals__, f.__name__)
     assert cpu._code_file(edited) == cpu._code_file(f)  # the same file on disk
     same_files = lambda p: p.read_bytes()  # noqa: E731 (bypasses the memo)
     k_loaded = cpu.kernel_hash(spec, read=same_files)
-    k_edited = cpu.kernel_hash(dataclasses.replace(spec, f=edited), read=same_files)
+    k_edited = cpu.kernel_hash(dataclasses.replace(spec, dx=edited), read=same_files)
     assert k_loaded != k_edited
 
 

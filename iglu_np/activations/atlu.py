@@ -7,7 +7,7 @@ reuses IGLU's kernels (reflected gate for x << 0, cancellation-free tail derivat
 import math
 
 from .._spec import Param, define, kernel
-from .iglu import iglu_dx, iglu_f
+from .iglu import atan_pi, cauchy_z, iglu_dx, iglu_f
 
 _PAPER = "Huang, Expanded Gating Ranges Improve Activation Functions, arXiv:2405.20768"
 _CODE = "reference implementation: the paper's x_gate package (alpha initialised to 0)"
@@ -79,15 +79,18 @@ def xatlu_f(x, alpha):
     T = type(x)
     c = T(1.0) + T(2.0) * alpha
     # Both sides computed and one chosen by a select (a branch kept the float64 loop
-    # scalar). x < 0: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU carries the reflected
-    # gate and the finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would
-    # alpha*x for alpha = 0, hence the test).
-    rn = c * atlu_f(x)
+    # scalar), from one atan_pi (IGLU's polynomial in u^2: no atan call, one division).
+    neg, big, k, nap = atan_pi(x)
+    # x < 0: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU carries the reflected gate and
+    # the finite limit -1/pi at -inf (atlu_f's bits), where x*Z would be inf*0 (and so
+    # would alpha*x for alpha = 0, hence the test).
+    z = cauchy_z(neg, big, k)
+    rn = c * (nap if (neg and big) else x * z)
     rn = rn - alpha * x if alpha != T(0.0) else rn
     # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
     # terms, so no cancellation on this side.
-    rp = x * (T(0.5) + c * (math.atan(x) / T(math.pi)))
-    return rn if x < T(0.0) else rp
+    rp = x * (T(0.5) + c * (T(0.5) - k if big else k))
+    return rn if neg else rp
 
 
 @kernel
@@ -103,6 +106,8 @@ def xatlu_dalpha(x, alpha):
     T = type(x)
     # x (2Z - 1) = (2/pi) x atan(x) >= 0: no cancellation, +inf at +-inf. The factor
     # (2/pi) atan(x) <= 1 is applied first: x atan(x) overflows from |x| ~ 0.64 max.
+    # (math.atan, not atan_pi: its polynomial is half the degree, and without the u
+    # division this one has none to share: float64 backward_params 1.96 vs 2.31 ns/el.)
     return x * (math.atan(x) * T(2.0 / math.pi))
 
 

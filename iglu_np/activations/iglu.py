@@ -216,10 +216,13 @@ def _inv_min(t):
 
 
 @kernel
-def iglu_f(x, sigma):
-    T = type(x)
-    neg, big, u = _inv_min(sigma * x)
-    if is_f32(x):
+def atan_pi(t):
+    """(neg, big, k, nap) for the Cauchy gate: t < 0, |t| > 1, k = atan(u)/pi and nap =
+    -atan(u)/(u pi) for u = min(|t|, 1/|t|). One division (u) and one polynomial, no atan
+    (whose reduction divides again) and no division by pi (1/pi as hi + lo)."""
+    T = type(t)
+    neg, big, u = _inv_min(t)
+    if is_f32(t):
         a = horner(u * u - T(0.5), IGLU_A32)
         ip_hi = T(INV_PI_HI32)
         ip_lo = T(INV_PI_LO32)
@@ -227,15 +230,25 @@ def iglu_f(x, sigma):
         a = horner(u * u - T(0.5), IGLU_A64)
         ip_hi = T(INV_PI_HI64)
         ip_lo = T(INV_PI_LO64)
-    # One division (u) and one polynomial, no atan (whose reduction divides again) and no
-    # division by pi: k = atan(u)/pi, and Z(t) = 1/2 + atan(t)/pi with atan(1/u) = pi/2 -
-    # atan(u) is 1/2 + k, 1 - k (t >= 0, |t| <= 1 or > 1), 1/2 - k, k (t < 0).
     au = u * a
-    k = fma(au, ip_hi, au * ip_lo)
-    z = (k if big else T(0.5) - k) if neg else (T(1.0) - k if big else T(0.5) + k)
-    # t < -1: x atan(u)/pi = -(atan(u)/u)/(pi sigma) = -(a/pi)/sigma: exact limit
+    return neg, big, fma(au, ip_hi, au * ip_lo), -fma(a, ip_hi, a * ip_lo)
+
+
+@kernel
+def cauchy_z(neg, big, k):
+    """Z(t) = 1/2 + atan(t)/pi from atan_pi: with atan(1/u) = pi/2 - atan(u) it is 1/2 + k,
+    1 - k (t >= 0, |t| <= 1 or > 1), 1/2 - k, k (t < 0)."""
+    T = type(k)
+    return (k if big else T(0.5) - k) if neg else (T(1.0) - k if big else T(0.5) + k)
+
+
+@kernel
+def iglu_f(x, sigma):
+    neg, big, k, nap = atan_pi(sigma * x)
+    # t < -1: x atan(u)/pi = -(atan(u)/u)/(pi sigma) = nap/sigma: exact limit
     # -1/(pi sigma) at -inf, and insensitive to the rounding of t and u.
-    near = -fma(a, ip_hi, a * ip_lo) / sigma
+    near = nap / sigma
+    z = cauchy_z(neg, big, k)
     return near if (neg and big) else x * z
 
 
