@@ -162,10 +162,11 @@ def _expr(spec, ins: str, fn: str, sfx: str = "", pv: str = "p") -> str:
 
 
 def _bulk_body(spec, ins: str, key: str) -> str:
-    """The element loop in blocks of :data:`VBLOCK`: a block wholly inside the spec's
-    ``bulk_domain`` runs the bulk kernel (``_b_<key>``, the same bits there), any other
-    block the exact one. The domain is checked before a block is written, so ``out`` may
-    be ``x``."""
+    """The element loop of a kind with a bulk kernel: where the spec's ``bulk_domain``
+    holds for the whole range (at most :data:`BLOCK` elements: ``k_`` calls it in such
+    chunks), one loop of the bulk kernel (``_b_<key>``, the same bits there); else blocks
+    of :data:`VBLOCK`, each wholly inside running the bulk kernel and any other the exact
+    one. The domain is checked before anything is written, so ``out`` may be ``x``."""
     ps = list(spec.param_names)
     arrs = ins.split(", ") + ["out"]
     views = "".join(f"        {a}b = {a}[s:e]\n" for a in arrs)
@@ -175,6 +176,8 @@ def _bulk_body(spec, ins: str, key: str) -> str:
     exact = _expr(spec, ins, _fn(key), "b", "q")
     fast = _expr(spec, ins, "_b_" + key, "b", "q")
     at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
+    at_all = "".join(f", _at(p_{p}, i)" for p in ps)
+    fast_all = _expr(spec, ins, "_b_" + key)
     return (
         f"    n = out.size\n"
         # 0 (with the first element's parameters) is in every domain that is not empty for
@@ -183,6 +186,17 @@ def _bulk_body(spec, ins: str, key: str) -> str:
         f"    if n == 0 or not _b_domain(_zero(out){at0}):\n"
         f"        for i in range(n):\n"
         f"            out[i] = {expr}\n"
+        f"        return\n"
+        # The whole range first (at most BLOCK elements, so the second read hits the cache):
+        # one plain bulk loop where everything is inside, the usual case. Blocks of VBLOCK
+        # with a loop per block cost ~10% (gelu float32 0.87 vs 0.77 ns/el on one thread:
+        # block overhead and constants rematerialised in the nested loop).
+        f"    ok = True\n"
+        f"    for i in range(n):\n"
+        f"        ok &= _b_domain(x[i]{at_all})\n"
+        f"    if ok:\n"
+        f"        for i in range(n):\n"
+        f"            out[i] = {fast_all}\n"
         f"        return\n"
         f"    for s in range(0, n, VBLOCK):\n"
         f"        e = min(s + VBLOCK, n)\n"
@@ -236,7 +250,10 @@ def _source(spec) -> str:
             f"            lo = b * BLOCK\n"
             f"            l_{kind}({ins}, out, lo, min(lo + BLOCK, n){pa})\n"
             f"    else:\n"
-            f"        l_{kind}({ins}, out, 0, n{pa})\n"
+            + (f"        for lo in range(0, n, BLOCK):\n"
+               f"            l_{kind}({ins}, out, lo, min(lo + BLOCK, n){pa})\n"
+               if key in spec.bulk else
+               f"        l_{kind}({ins}, out, 0, n{pa})\n")
         )
     for p in ps:
         expr = _expr(spec, "x, g", _fn(p))
