@@ -154,6 +154,13 @@ def _padded(*ts, dtype=float):
 
 IGLU_R32P, IGLU_D32P = _padded(IGLU_R32, IGLU_D32, dtype=np.float32)
 IGLU_R64P, IGLU_D64P = _padded(IGLU_R64, IGLU_D64)
+# float64 as c0 + w (c1 + w (E(w^2) + w O(w^2))): two chains of ~10 instead of one of 21-23,
+# which bounded the loop by its latency; the two Horner steps kept last keep its rounding.
+IGLU_A64E, IGLU_A64O = IGLU_A64[2::2], IGLU_A64[3::2]
+IGLU_R64E, IGLU_R64O = IGLU_R64P[2::2], IGLU_R64P[3::2]
+IGLU_D64E, IGLU_D64O = IGLU_D64P[2::2], IGLU_D64P[3::2]
+A64_0, A64_1 = IGLU_A64[0], IGLU_A64[1]
+R64_0, R64_1, D64_0, D64_1 = IGLU_R64P[0], IGLU_R64P[1], IGLU_D64P[0], IGLU_D64P[1]
 
 
 # 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as the division did
@@ -227,7 +234,10 @@ def atan_pi(t):
         ip_hi = T(INV_PI_HI32)
         ip_lo = T(INV_PI_LO32)
     else:
-        a = horner(u * u - T(0.5), IGLU_A64)
+        w = u * u - T(0.5)
+        w2 = w * w
+        a = fma(w, horner(w2, IGLU_A64O), horner(w2, IGLU_A64E))
+        a = fma(w, fma(w, a, T(A64_1)), T(A64_0))
         ip_hi = T(INV_PI_HI64)
         ip_lo = T(INV_PI_LO64)
     au = u * a
@@ -270,7 +280,11 @@ def iglu_dx(x, sigma):
         c_lo = T(PIO2_LO64)
         ip_hi = T(INV_PI_HI64)
         ip_lo = T(INV_PI_LO64)
-        pp = horner(uu - T(0.5), IGLU_D64P if big else IGLU_R64P)
+        w = uu - T(0.5)
+        w2 = w * w
+        pp = fma(w, horner(w2, IGLU_D64O if big else IGLU_R64O), horner(w2, IGLU_D64E if big else IGLU_R64E))
+        pp = fma(w, pp, T(D64_1) if big else T(R64_1))
+        pp = fma(w, pp, T(D64_0) if big else T(R64_0))
     # pi (Z + t/(pi(1+t^2))) - [t >= 0] pi/2, with atan(1/u) = pi/2 - atan(u), is F or
     # pi/2 - F for F = D(u) (|t| > 1) or S(u) (|t| <= 1): t >= 0 takes S and pi/2 - D,
     # t < 0 takes pi/2 - S and D. pi/2 - F as (c_hi - 2u) - u^3 R: c_hi - 2u is exact for
