@@ -31,6 +31,7 @@ __all__ = [
     "sigmoid",
     "log1p_exp",
     "horner",
+    "padded",
     "BIG",
     "BIG64",
     "PIO2_HI64",
@@ -197,3 +198,13 @@ def horner(v, coeffs):
         r = r * v + T(coeffs[k])
     return r
 
+
+def padded(*ts, dtype=float):
+    """The coefficient tuples zero-padded at the high-degree end to one length (at import,
+    not a kernel): Horner then gives the same value bit for bit (0 v + 0 = +-0 and +-0 + c
+    = c for finite v), so one evaluation with coefficients chosen by selects replaces a
+    branch per piece. Pass ``dtype=numpy.float32`` for float32 sets: numpy float32 scalars
+    (the same rounding as T(c)) keep the selects float32 (the CUDA float32 kernels must have
+    no float64 instruction)."""
+    n = max(len(t) for t in ts)
+    return tuple(tuple(dtype(c) for c in tuple(t) + (0.0,) * (n - len(t))) for t in ts)

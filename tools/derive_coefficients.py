@@ -216,7 +216,7 @@ def _gelu32n_h(q):
     return (u + K) * gelu_mills(u) / mp.sqrt(2 * mp.pi)
 
 
-def fit_f32_seq(name, f, interval, degree, npts=300, dtype="float32"):
+def fit_seq(name, f, interval, degree, npts=300, dtype="float32"):
     """c0 as a hi + lo pair and c1.. rounded to ``dtype``, fitted one at a time (relative
     least squares on Chebyshev nodes)."""
     import numpy as np
@@ -252,10 +252,10 @@ def fit_f32_seq(name, f, interval, degree, npts=300, dtype="float32"):
 
 def gelu32n_fits():
     K, U = GELU32N_K, mp.mpf(GELU32N_UMAX)
-    fit_f32_seq("GELU_H32", _gelu32n_h, [-1, (U - K) / (U + K)], 11)
+    fit_seq("GELU_H32", _gelu32n_h, [-1, (U - K) / (U + K)], 11)
     # float64, the same form for |a x| <= 26 (exp(-u^2/2) >= e^-338): degree 28 (6e-18).
     U = mp.mpf(GELU64N_UMAX)
-    fit_f32_seq("GELU_H64", _gelu32n_h, [-1, (U - K) / (U + K)], 28, npts=400, dtype="float64")
+    fit_seq("GELU_H64", _gelu32n_h, [-1, (U - K) / (U + K)], 28, npts=400, dtype="float64")
 
 
 if __name__ == "__main__":

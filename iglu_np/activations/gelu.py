@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import exp_dw, exp_normal, fma, horner, is_f32, two_prod
+from .._math import exp_dw, exp_normal, fma, horner, is_f32, padded, two_prod
 from .._spec import Param, define, kernel
 
 def _f32(v: float) -> float:
@@ -208,8 +208,8 @@ GELU_S_32 = (
     -8.2204578302219779837e+5,
 )
 
-# float32 GELU/GELU_a beyond GELU32N_UMAX: computed in float64 and rounded once (see _gate32). M(u) = r G(s)
-# with r = 1/(u + K), s = (u - K) r on u in [0, GELU32_UMAX], from
+# float32 GELU/GELU_a beyond GELU32N_UMAX: computed in float64 and rounded once (see
+# _gate32). M(u) = r G(s) with r = 1/(u + K), s = (u - K) r on u in [0, GELU32_UMAX], from
 # tools/derive_coefficients.py (gelu32_fits).
 GELU32_K = 3.0
 GELU32_UMAX = 20.0
@@ -289,19 +289,10 @@ GELU_H64_E, GELU_H64_O = GELU_H64[2::2], GELU_H64[3::2]
 H64_1, H64_2 = GELU_H64[0], GELU_H64[1]
 INV_SQRT_2PI = 0.39894228040143267794
 
-def _padded(*ts, dtype=float):
-    """The tuples zero-padded at the high-degree end to one length: Horner then gives the
-    same value bit for bit (0 v + 0 = +-0 and +-0 + c = c for finite v), so one
-    evaluation with coefficients chosen by selects replaces a branch per piece. The
-    float32 sets are numpy float32 scalars (the same rounding as T(c)), so the selects
-    are float32 too (the CUDA float32 kernels must have no float64 instruction)."""
-    n = max(len(t) for t in ts)
-    return tuple(tuple(dtype(c) for c in tuple(t) + (0.0,) * (n - len(t))) for t in ts)
-
-
-GELU_M0P_64, GELU_M1P_64, GELU_M2P_64, GELU_M3P_64 = _padded(
+# The Mills pieces at one length: one Horner pass on coefficients chosen by selects.
+GELU_M0P_64, GELU_M1P_64, GELU_M2P_64, GELU_M3P_64 = padded(
     GELU_M0_64, GELU_M1_64, GELU_M2_64, GELU_M3_64)
-GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = _padded(
+GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = padded(
     GELU_M0_32, GELU_M1_32, GELU_M2_32, GELU_M3_32, dtype=np.float32)
 
 
@@ -428,8 +419,8 @@ def _gelu_dx_core(t_hi, t_lo):
 
 
 # --------------------------------------------------------------------------- float32 tail
-# |a x| > GELU32N_UMAX (the native form below takes the rest; the exact kernels compute
-# both and select): computed in float64 and rounded once at the end: t = a x is exact
+# |a x| > GELU32N_UMAX (the native form below takes the rest; the exact kernels branch
+# between the two): computed in float64 and rounded once at the end: t = a x is exact
 # (two 24-bit significands), t^2 has a relative error of 2^-53 at most, so the exponent
 # of phi needs no double-word steps (its rounding costs |t^2/2| 2^-53 <= 2e-14), float64
 # keeps the x << 0 tail normal where float32 goes subnormal (one rounding there, not two),
@@ -594,14 +585,14 @@ def _gelu_n_dx(t_hi, t_lo, nu_lo):
 
 # The CPU's bulk: _native holds for every element (exp_normal: exp's bits there).
 @kernel
-def _gelu_fx_bulk(x, t_hi, t_lo, nu_lo):
+def _gelu_n_bulk(x, t_hi, t_lo, nu_lo):
     r, hl, res = _mills_n(abs(t_hi), nu_lo)
     y, f = _exponent_n(t_hi, t_lo)
     return _gelu_n_value(x, t_hi, r, hl, res + f, exp_normal(y))
 
 
 @kernel
-def _gelu_dxx_bulk(t_hi, t_lo, nu_lo):
+def _gelu_n_dx_bulk(t_hi, t_lo, nu_lo):
     r, hl, res = _mills_n(abs(t_hi), nu_lo)
     y, f = _exponent_n(t_hi, t_lo)
     return _gelu_n_dx_value(t_hi, r, hl, res, f, exp_normal(y))
@@ -673,13 +664,13 @@ def _gelu_bulk_domain(x):
 @kernel
 def gelu_f_bulk(x):
     T = type(x)
-    return _gelu_fx_bulk(x, x, T(0.0), T(0.0))
+    return _gelu_n_bulk(x, x, T(0.0), T(0.0))
 
 
 @kernel
 def gelu_dx_bulk(x):
     T = type(x)
-    return _gelu_dxx_bulk(x, T(0.0), T(0.0))
+    return _gelu_n_dx_bulk(x, T(0.0), T(0.0))
 
 
 # --------------------------------------------------------------------------- GELU_a
@@ -726,13 +717,13 @@ def _gelu_a_bulk_domain(x, a):
 @kernel
 def gelu_a_f_bulk(x, a):
     t_hi, t_lo, nu_lo = _axn(x, a)
-    return _gelu_fx_bulk(x, t_hi, t_lo, nu_lo)
+    return _gelu_n_bulk(x, t_hi, t_lo, nu_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
     t_hi, t_lo, nu_lo = _axn(x, a)
-    return _gelu_dxx_bulk(t_hi, t_lo, nu_lo)
+    return _gelu_n_dx_bulk(t_hi, t_lo, nu_lo)
 
 
 @kernel

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32
+from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32, padded
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -144,16 +144,8 @@ IGLU_D64 = (
     1.6855055049064735428e-4,
 )
 
-def _padded(*ts, dtype=float):
-    """The tuples zero-padded at the high-degree end to one length: Horner then gives the
-    same value bit for bit, so one evaluation with coefficients chosen by selects replaces
-    two (float32 sets as numpy float32 scalars: float32 selects on the GPU)."""
-    n = max(len(t) for t in ts)
-    return tuple(tuple(dtype(c) for c in tuple(t) + (0.0,) * (n - len(t))) for t in ts)
-
-
-IGLU_R32P, IGLU_D32P = _padded(IGLU_R32, IGLU_D32, dtype=np.float32)
-IGLU_R64P, IGLU_D64P = _padded(IGLU_R64, IGLU_D64)
+IGLU_R32P, IGLU_D32P = padded(IGLU_R32, IGLU_D32, dtype=np.float32)
+IGLU_R64P, IGLU_D64P = padded(IGLU_R64, IGLU_D64)
 # float64 as c0 + w (c1 + w (E(w^2) + w O(w^2))): two chains of ~10 instead of one of 21-23,
 # which bounded the loop by its latency; the two Horner steps kept last keep its rounding.
 IGLU_A64E, IGLU_A64O = IGLU_A64[2::2], IGLU_A64[3::2]

@@ -153,11 +153,15 @@ def _fn(key: str) -> str:
     return {"f": "_f", "dx": "_dx"}.get(key, "_d_" + key)
 
 
+def _ats(spec, pv: str = "p") -> str:
+    """The element i of every parameter (``<pv>_<name>``), as trailing call arguments."""
+    return "".join(f", _at({pv}_{p}, i)" for p in spec.param_names)
+
+
 def _expr(spec, ins: str, fn: str, sfx: str = "", pv: str = "p") -> str:
     """The per-element expression of a loop over ``ins`` ("x" or "x, g") calling kernel
     ``fn``; arrays are named ``x<sfx>``/``g<sfx>``, parameters ``<pv>_<name>``."""
-    at = "".join(f", _at({pv}_{p}, i)" for p in spec.param_names)
-    call = f"{fn}(x{sfx}[i]{at})"
+    call = f"{fn}(x{sfx}[i]{_ats(spec, pv)})"
     return f"g{sfx}[i] * {call}" if ins == "x, g" else call
 
 
@@ -171,12 +175,12 @@ def _bulk_body(spec, ins: str, key: str) -> str:
     arrs = ins.split(", ") + ["out"]
     views = "".join(f"        {a}b = {a}[s:e]\n" for a in arrs)
     views += "".join(f"        q_{p} = _sl(p_{p}, s, e)\n" for p in ps)
-    at = "".join(f", _at(q_{p}, i)" for p in ps)
+    at = _ats(spec, "q")
     expr = _expr(spec, ins, _fn(key))
     exact = _expr(spec, ins, _fn(key), "b", "q")
     fast = _expr(spec, ins, "_b_" + key, "b", "q")
     at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
-    at_all = "".join(f", _at(p_{p}, i)" for p in ps)
+    at_all = _ats(spec)
     fast_all = _expr(spec, ins, "_b_" + key)
     return (
         f"    n = out.size\n"
@@ -218,7 +222,7 @@ def _source(spec) -> str:
     # Parameters are p_<name> in the generated code: a parameter called b, n or x would
     # otherwise clash with the loop's own names (squareplus has b).
     pa = "".join(", p_" + p for p in ps)
-    at = "".join(f", _at(p_{p}, i)" for p in ps)  # backward_all's per-element calls
+    at = _ats(spec)  # backward_all's per-element calls
     # kind -> (data inputs, spec key of its kernel)
     calls = {"fwd": ("x", "f"), "dx": ("x", "dx"), "bwd": ("x, g", "dx")}
     for p in ps:
