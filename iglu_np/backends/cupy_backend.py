@@ -87,8 +87,9 @@ def get_kernel(name: str, kind: str, compute):
 
     def build():
         ks = cxx.kernel_source(REGISTRY[name], kind, compute)
+        _keep_subnormals()
         return cupy.ElementwiseKernel(ks.in_params, ks.out_params, ks.body, ks.name,
-                                      preamble=ks.preamble, options=cxx.NVRTC_OPTIONS)
+                                      preamble=ks.preamble, options=OPTIONS)
 
     return _memo((cupy.cuda.Device().id, name, kind, compute.name), build)
 
@@ -118,7 +119,45 @@ def get_vector_kernel(name: str, kind: str, data_dtype):
 
 def _raw(cupy, vs):
     """(RawKernel, lanes) of a :class:`cxx.VectorKernelSource`."""
-    return cupy.RawKernel(vs.source, vs.name, options=cxx.NVRTC_OPTIONS), vs.lanes
+    _keep_subnormals()
+    return cupy.RawKernel(vs.source, vs.name, options=OPTIONS), vs.lanes
+
+
+# CuPy appends "-ftz=true" after the caller's options (cupy.cuda.compiler's
+# _compile_with_cache_cuda) and NVRTC honours the last occurrence, so cxx.NVRTC_OPTIONS'
+# "--ftz=false" alone is overridden: on an H200, float32 results that should be subnormal
+# came back as 0 (22 activations differed from the CPU). Our kernels' options carry a
+# marker define (which also keys CuPy's disk cache apart from flushing builds), and for
+# those alone the appended flag is dropped where CuPy hands the options to NVRTC.
+NO_FTZ_MARK = "-DIGLU_NP_KEEP_SUBNORMALS=1"
+OPTIONS = cxx.NVRTC_OPTIONS + (NO_FTZ_MARK,)
+_FTZ_ON = ("-ftz=true", "--ftz=true")
+
+
+def _drop_ftz(options):
+    """The options NVRTC gets for a kernel of ours: CuPy's appended FTZ flag removed."""
+    options = tuple(options)
+    if NO_FTZ_MARK in options:
+        options = tuple(o for o in options if o not in _FTZ_ON)
+    return options
+
+
+def _keep_subnormals():
+    """Wrap CuPy's NVRTC program compile once so :func:`_drop_ftz` applies (cupy 14 calls
+    ``_NVRTCProgram.compile(options)`` last; older CuPy too)."""
+    from cupy.cuda import compiler
+
+    prog = compiler._NVRTCProgram
+    orig = prog.compile
+    if getattr(orig, "_iglu_np_keeps_subnormals", False):
+        return
+
+    def compile(self, options=(), *args, **kwargs):
+        return orig(self, _drop_ftz(options), *args, **kwargs)
+
+    compile._iglu_np_keeps_subnormals = True
+    compile.__wrapped__ = orig
+    prog.compile = compile
 
 
 def _sm_count(cupy) -> int:
