@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 import threading
 
+import warnings
+
 import numpy as np
 
 from .._dtypes import all_half as _all_half
@@ -106,8 +108,8 @@ def status():
     mod = "numba_cuda_mlir" if tool == cuda_toolchain.MLIR else "numba_cuda"
     try:
         ver = getattr(__import__(mod), "__version__", "?")
-    except ImportError as e:
-        return False, f"{tool} fails to import ({e})"
+    except Exception as e:  # ImportError, or OSError from a wheel built for another Python
+        return False, f"{tool} fails to import ({type(e).__name__}: {e})"
     ver = f"{tool} {ver}"
     try:
         cuda = _cuda()
@@ -449,6 +451,8 @@ def backward_all(act, data, params, out):
                 return None  # out= overlapping x or g other than exactly: two passes
         else:
             odev = cuda.device_array(shape, dtype=devs[0].dtype, stream=stream)
+        if math.prod(shape) and _needs_cupy([*devs, odev], shape):
+            return None  # two passes, which take the CuPy kernels (see _needs_cupy)
         acc = cuda.to_device(np.zeros(len(vals), np.float64), stream=stream)
         n = math.prod(shape)
         if n:
@@ -457,7 +461,7 @@ def backward_all(act, data, params, out):
             views = [_view(d, cshape, st) for d, st in zip([*devs, odev], cstr)]
             kern = _kernel_all(act.name, cdt, len(cshape))
             blocks, threads = _launch_dims(cuda, n)
-            kern[blocks, threads, stream](n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
+            _configured(kern, blocks, threads, stream)(n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
         sums = acc.copy_to_host(stream=stream)
         if stream is not None and hasattr(stream, "synchronize"):
             stream.synchronize()
@@ -620,8 +624,31 @@ def _view(dev, shape, strides):
 
         a = np.lib.stride_tricks.as_strided(dev._ary, shape, strides)
         return FakeCUDAArray(a, stream=dev.stream)
-    DeviceNDArray = _cuda().cudadrv.devicearray.DeviceNDArray  # either toolchain's
-    return DeviceNDArray(shape, strides, dev.dtype, stream=dev.stream, gpu_data=dev.gpu_data)
+    # Through the CUDA array interface, the toolchains' public way in: on an H200 with
+    # numba-cuda-mlir 0.6, DeviceNDArray(shape, strides, ..., gpu_data=dev.gpu_data) gave
+    # wrong values for strided views and "Unsupported argument type" for to_device arrays.
+    return _cuda().as_cuda_array(_described(dev, shape, strides), sync=False)
+
+
+def _described(dev, shape=None, strides=None):
+    """A CUDA-array-interface description of ``dev``'s memory (its own shape and strides
+    unless given). The pointer and dtype are read directly: numba-cuda-mlir 0.6's own
+    interface property warns on Python 3.12 (int() of a CUstream_flags)."""
+    shape = tuple(dev.shape) if shape is None else tuple(shape)
+    strides = tuple(dev.strides) if strides is None else tuple(strides)
+    desc = {"shape": shape, "strides": strides, "typestr": np.dtype(dev.dtype).str,
+            "data": (dev.device_ctypes_pointer.value or 0, False), "version": 3, "stream": None}
+    return _Described(desc, dev)
+
+
+class _Described:
+    """An object that only describes memory of ``base`` (which it keeps alive)."""
+
+    __slots__ = ("__cuda_array_interface__", "base")
+
+    def __init__(self, desc, base):
+        self.__cuda_array_interface__ = desc
+        self.base = base
 
 
 def _broadcast_strides(what, dev, shape):
@@ -665,6 +692,16 @@ def collapse(shape, strides_list):
     return tuple(cs), [tuple(c) for c in cst]
 
 
+def _configured(kern, blocks, threads, stream):
+    """``kern[blocks, threads, stream]``. A small array gets few blocks by design, and
+    numba-cuda(-mlir) would warn of low occupancy (a NumbaPerformanceWarning) for it."""
+    if blocks >= 128:
+        return kern[blocks, threads, stream]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Grid size")
+        return kern[blocks, threads, stream]
+
+
 def _launch_dims(cuda, n, reduction=False):
     if simulator():
         threads = SIM_THREADS
@@ -705,6 +742,53 @@ def _device_ctx(cuda, obj):
 
 # --------------------------------------------------------------------------- run
 _DATA_NAMES = ("x", "grad_out")
+
+
+def _needs_cupy(ops, shape) -> bool:
+    """Whether a launch leaves what numba-cuda-mlir was seen to compute right.
+
+    On an H200 (numba-cuda-mlir 0.6), iglu with a per-channel sigma (a stride-0 view) over
+    a strided 3-d x gave wrong values (25 million ulp), while contiguous operands of the
+    result's shape and a strided 2-d x were right; the same kernels are right in
+    numba-cuda's simulator, and the cause is not found yet. Until it is, launches other
+    than that plain case run the CuPy kernels (right on the H200 in every layout)."""
+    if not _mlir() or simulator():
+        return False
+    return not all(tuple(d.shape) == tuple(shape) and d.is_c_contiguous() for d in ops)
+
+
+def _via_cupy(act, what, data, params, out=None, kind=None):
+    """``what`` of the CuPy backend on zero-copy CuPy views of the operands, the results
+    handed back as the caller's array type (see :func:`_needs_cupy`)."""
+    try:
+        import cupy
+    except ImportError:
+        raise NotImplementedError(
+            f"{act.name}: with numba-cuda-mlir, the numba_cuda backend runs only C-contiguous "
+            "operands of the result's shape (broadcast parameters and strided arrays gave wrong "
+            "values with numba-cuda-mlir 0.6 on an H200): install cupy, which then runs them, "
+            "or pass contiguous arrays of the result's shape") from None
+    from . import cupy_backend
+
+    def dev(a):
+        return cupy.asarray(_described(a) if getattr(type(a), "__cuda_ndarray__", False) else a)
+
+    cdata = [dev(d) for d in data]
+    cparams = {k: dev(v) if handles(v) else v for k, v in params.items()}
+    if what == "backward_params":
+        return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
+    o = out[0] if isinstance(out, tuple) else out
+    res = cupy_backend.run(act, kind, cdata, cparams, None if o is None else dev(o))
+    return o if o is not None else _back(data[0], res)
+
+
+def _back(template, arr):
+    """A CuPy result as the type of ``template`` (zero-copy)."""
+    if type(template).__module__.split(".")[0] == "cupy":
+        return arr
+    if getattr(type(template), "__cuda_ndarray__", False):
+        return _cuda().as_cuda_array(arr)
+    return _like(template, arr)
 
 
 def _operands(act, data, params):
@@ -763,6 +847,8 @@ def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on device arrays, reduced to its shape (one fused
     pass per parameter, accumulated in float64)."""
     cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
+    if math.prod(shape) and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)], shape):
+        return _via_cupy(act, "backward_params", data, params)
     with _device_ctx(cuda, data[0]):
         return {p: _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
                 for k, p in enumerate(act.param_names)}
@@ -800,6 +886,8 @@ def run(act, kind, data, params, out):
             odev = cuda.device_array(shape, dtype=odt, stream=stream)
             result = None
         n = math.prod(shape)
+        if n and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev], shape):
+            return _via_cupy(act, "run", data, params, out, kind)
         if n:
             ops = [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev]
             what = [*_DATA_NAMES[: len(devs)], *(p for p, a in zip(act.param_names, arrays) if a), "out"]
@@ -810,7 +898,7 @@ def run(act, kind, data, params, out):
             pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
             kern = _kernel(name, kind, cdt, arrays, len(cshape))
             blocks, threads = _launch_dims(cuda, n)
-            kern[blocks, threads, stream](n, *views[: len(devs)], *pv, views[-1])
+            _configured(kern, blocks, threads, stream)(n, *views[: len(devs)], *pv, views[-1])
         return result if result is not None else _like(data[0], odev)
 
 
@@ -832,7 +920,7 @@ def _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream):
         scalar_sum = not arrays[k]
         kern = _kernel(act.name, "sum_" + p, cdt, arrays, len(cshape), scalar_sum)
         blocks, threads = _launch_dims(cuda, n)
-        kern[blocks, threads, stream](n, views[0], views[1], *pv, acc if scalar_sum else views[-1])
+        _configured(kern, blocks, threads, stream)(n, views[0], views[1], *pv, acc if scalar_sum else views[-1])
     res = cuda.device_array(pshape, dtype=cdt, stream=stream)
     flat_src = _view(acc, (max(1, math.prod(pshape)),), (8,))
     flat_dst = _view(res, (max(1, math.prod(pshape)),), (np.dtype(cdt).itemsize,))
