@@ -52,14 +52,18 @@ def _pin_numba_cuda_without_a_gpu():
 
 
 def _gpu_available() -> bool:
+    """Whether the CUDA driver sees a GPU, asked of libcuda itself: ``numba.cuda`` is
+    numba-cuda's, which may be unusable where the chosen toolchain works (numpy >= 2.5)."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return False
-    try:
-        from numba import cuda
+    import ctypes
 
-        return bool(cuda.is_available())
-    except Exception:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
         return False
+    n = ctypes.c_int(0)
+    return lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
 
 
 @pytest.fixture(scope="module")

@@ -72,10 +72,13 @@ def cupy():
 
 @pytest.fixture(scope="module")
 def cuda():
-    pytest.importorskip("numba_cuda")
-    from numba import cuda
+    """The ``numba_cuda`` backend's own toolchain module (numba-cuda-mlir where installed):
+    on a GPU machine a toolchain that cannot run is a failure, not a skip."""
+    from iglu_np.backends import numba_cuda
 
-    return cuda
+    ok, why = numba_cuda.status()
+    assert ok, why
+    return numba_cuda._cuda()
 
 
 @pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
