@@ -148,6 +148,9 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
         "iglu_us": wall_time(cupy, lambda: iglu_np.iglu(xs, out=os_)) * 1e6,
         "cupy_negative_us": wall_time(cupy, lambda: cupy.negative(xs, out=os_)) * 1e6,
     }
+    if nc_ok:
+        data["small"]["numba_iglu_us"] = wall_time(
+            cupy, lambda: iglu_np.iglu(xs, out=os_, backend="numba_cuda"), calls=300) * 1e6
     return data
 
 
@@ -179,7 +182,8 @@ def markdown(data) -> str:
     if s:
         lines += ["", f"Per call at {SMALL} elements (wall): iglu {s['iglu_us']:.1f} us, "
                   f"cupy.negative {s['cupy_negative_us']:.1f} us "
-                  f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)."]
+                  f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)"
+                  + (f"; Numba CUDA backend iglu {s['numba_iglu_us']:.1f} us." if "numba_iglu_us" in s else ".")]
     return "\n".join(lines)
 
 
