@@ -5,6 +5,7 @@
 # and writes its logs to $OUT:
 #   info.txt    GPU, CPU, versions, `iglu-np info`, GPU load before the benchmark
 #   pytest.log  `pytest -m gpu` (junit.xml beside it)
+#   diag.txt    tools/gpu_diag.py: numba-cuda-mlir layouts, a small call's profile
 #   bench_*.json / bench.md  `iglu-np bench --device gpu`
 # numba-cuda-mlir is not in that image and its wheel (71 MB) is over the tool's 64 MiB
 # limit: prepare it here as an xz tarball of the unpacked wheel (48 MB) and carry .whl:
@@ -48,7 +49,9 @@ timeout "${PYTEST_S:-240}" $PY -m pytest -m gpu -p no:cacheprovider -p no:benchm
 echo "pytest rc=$?" >> "$OUT/pytest.log"
 log "pytest"; grep -E "^(FAILED|ERROR)|passed|failed|rc=" "$OUT/pytest.log" | tail -40
 
-if [ -f .whl/diag.py ]; then timeout 60 $PY .whl/diag.py > "$OUT/diag.txt" 2>&1; log "diag"; tail -30 "$OUT/diag.txt"; fi
+# What the next GPU session needs to find (see the script's docstring).
+timeout 90 $PY tools/gpu_diag.py > "$OUT/diag.txt" 2>&1
+log "diag"; head -60 "$OUT/diag.txt"
 
 # Speed on a quiet GPU (nothing else runs on it now): the benchmark, a few activations
 # per dtype so it fits the call.

@@ -1,0 +1,81 @@
+"""Diagnostics for the next real-GPU session (run by tools/device_check.sh).
+
+1. numba-cuda-mlir layouts: the Numba CUDA kernels run directly (the CuPy hand-off of
+   ``numba_cuda._needs_cupy`` switched off here) on C-contiguous, strided and broadcast
+   operands of 1 to 3 dimensions, against the CPU: on an H200 (numba-cuda-mlir 0.6) a
+   per-channel sigma over a strided 3-d x gave wrong values; which layouts do?
+2. Where a small Numba CUDA call spends its time (cProfile of 200 calls on 1,024 elements):
+   257 us per call against ~80 us for a plain numba kernel launch and 6 us for cupy.negative.
+
+Prints plain text; needs cupy and a GPU.
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import traceback
+
+import numpy as np
+
+
+def layouts():
+    import cupy
+
+    import iglu_np
+    from iglu_np.backends import numba_cuda as nc
+
+    nc._needs_cupy = lambda ops, shape: False  # the direct path, whatever the layout
+    x3 = np.random.default_rng(0).standard_normal((4, 6, 10)).astype(np.float32) * 3
+    s3 = np.linspace(0.5, 3.0, 6).astype(np.float32).reshape(1, 6, 1)
+    xd3 = cupy.asarray(x3)
+    views = {"1-d contiguous": lambda a: a.ravel(), "3-d contiguous": lambda a: a,
+             "2-d strided": lambda a: a[0][:, ::2], "3-d strided": lambda a: a[:, :, ::2],
+             "3-d transposed": lambda a: a.transpose(2, 1, 0)}
+    for label, view in views.items():
+        for sigma in (None, "per-channel"):
+            if sigma and label.startswith(("1-d", "2-d")):
+                continue
+            kw_cpu = {} if sigma is None else {"sigma": s3 if "transposed" not in label else s3.transpose(2, 1, 0)}
+            kw_gpu = {k: cupy.asarray(v) for k, v in kw_cpu.items()}
+            name = label + (", per-channel sigma" if sigma else "")
+            want = iglu_np.iglu(view(x3), **kw_cpu)
+            try:
+                got = cupy.asnumpy(iglu_np.iglu(view(xd3), backend="numba_cuda", **kw_gpu))
+                err = float(np.max(np.abs(got - want)))
+                print(f"  {name:40s} max abs diff {err:.3g}  {'ok' if err < 1e-5 else 'WRONG'}")
+            except Exception as e:
+                print(f"  {name:40s} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+
+def overhead():
+    import cupy
+
+    import iglu_np
+
+    x = cupy.ones(1024, np.float32)
+    y = cupy.empty_like(x)
+    iglu_np.iglu(x, out=y, backend="numba_cuda")
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(200):
+        iglu_np.iglu(x, out=y, backend="numba_cuda")
+    cupy.cuda.Stream.null.synchronize()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    print(s.getvalue())
+
+
+def main():
+    for title, fn in (("numba-cuda-mlir layouts (direct, no CuPy hand-off):", layouts),
+                      ("a small Numba CUDA call, 200 calls, by own time:", overhead)):
+        print(title)
+        try:
+            fn()
+        except Exception:
+            traceback.print_exc()
+
+
+if __name__ == "__main__":
+    main()
