@@ -731,9 +731,8 @@ def gelu_a_da_bulk(x, a):
     T = type(x)
     if is_f32(x):
         t = numba.float64(a) * numba.float64(x)
-        D = type(t)
         xd = numba.float64(x)
-        ph = exp_normal(D(-0.5) * (t * t) - D(LN_64H))
+        ph = exp_normal(numba.float64(-0.5) * (t * t) - numba.float64(LN_64H))
         return T((xd * ph) * xd)
     return gelu_a_da(x, a)
 
