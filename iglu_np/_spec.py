@@ -204,8 +204,9 @@ def define(
     the same bits as the exact one wherever the kernel ``bulk_domain(x, *params)`` is true
     (no tail handling there: e.g. exp by :func:`iglu_np._math.exp_normal`). The CPU fast
     path runs a block of elements through it when the whole block is in the domain, else
-    the exact kernel; the GPU backends and the ufuncs always run the exact kernels, and
-    the tests check the bit equality.
+    the exact kernel; the CuPy C++ takes it per element where the domain holds; the ufuncs
+    and the Numba CUDA kernels run the exact kernels. The tests check the bit equality
+    (tests/test_bulk.py, and the host-compiled C++ against the CPU).
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")

@@ -1,7 +1,8 @@
 """Bulk kernels (``define(bulk=..., bulk_domain=...)``): the CPU fast path runs a block
 through them when every element is in the domain. They must give the exact kernels'
-bits there (the ufuncs and the GPU run the exact ones), and a block with any element
-outside must give the exact answer, in place too."""
+bits there (the ufuncs and the Numba CUDA kernels run the exact ones; the CuPy C++ takes
+the bulk per element, checked by the host-compiled C++ in test_gpu_cxx), and a block with
+any element outside must give the exact answer, in place too."""
 import numba
 import numpy as np
 import pytest

@@ -50,7 +50,19 @@ def test_without_cupy_it_is_refused_not_wrong(mlir, monkeypatch):
 
 
 def test_described_views_keep_the_pointer_shape_and_dtype():
-    d = nc._described(_Dev((3, 4), dtype=np.float64), (3, 2), (32, 16))
+    dev = _Dev((3, 4), dtype=np.float64)
+    d = nc._described(dev, (3, 2), (32, 16))
     cai = d.__cuda_array_interface__
     assert cai["shape"] == (3, 2) and cai["strides"] == (32, 16) and cai["typestr"] == "<f8"
-    assert cai["data"] == (4096, False) and cai["stream"] is None and d.base is not None
+    assert cai["data"] == (4096, False) and cai["stream"] is None and d.base is dev
+    whole = nc._described(dev).__cuda_array_interface__
+    assert whole["shape"] == (3, 4) and whole["strides"] == (32, 8)
+
+
+def test_small_launches_ask_for_enough_blocks_not_to_be_warned(monkeypatch):
+    # numba-cuda(-mlir) warns (NumbaPerformanceWarning) below 128 blocks; pytest makes
+    # warnings errors, and a library should not warn for a small array
+    monkeypatch.setattr(nc, "simulator", lambda: False)
+    monkeypatch.setitem(nc._state, "sms", 132)
+    assert nc._launch_dims(None, 10)[0] >= 128
+    assert nc._launch_dims(None, 10**9) == (132 * nc.BLOCKS_PER_SM, nc.THREADS)

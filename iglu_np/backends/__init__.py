@@ -181,9 +181,8 @@ def backward_all(act, data, params, out) -> tuple:
             res = fused(act, data, q, out)
             if res is not None:
                 return res
-    if out is not None and any(_may_share(out, a) for a in (*data, *params.values())):
-        # numpy's semantics: every operand (the parameters of backward_params too) is
-        # read before out is written.
-        gp = backward_params(act, data, dict(params))
-        return run(act, "bwd", data, dict(params), out), gp
-    return run(act, "bwd", data, dict(params), out), backward_params(act, data, dict(params))
+    # numpy's semantics: every operand is read before out is written, so the parameter
+    # gradients come first (out may be grad_out itself, in memory _may_share cannot see:
+    # torch or Numba device arrays).
+    gp = backward_params(act, data, dict(params))
+    return run(act, "bwd", data, dict(params), out), gp

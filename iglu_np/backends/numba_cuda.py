@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 import threading
 
-import warnings
-
 import numpy as np
 
 from .._dtypes import all_half as _all_half
@@ -55,6 +53,7 @@ __all__ = ["handles", "status", "run", "backward_params", "backward_all", "devic
 THREADS = 256  # per block on a GPU; also the shared-memory size of the reduction
 SIM_THREADS = 8  # the simulator runs one Python thread per CUDA thread: keep it small
 BLOCKS_PER_SM = 32
+MIN_BLOCKS = 128
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -449,10 +448,10 @@ def backward_all(act, data, params, out):
                 return None
             if any(_overlap(d, odev) for d in devs):
                 return None  # out= overlapping x or g other than exactly: two passes
-        else:
-            odev = cuda.device_array(shape, dtype=devs[0].dtype, stream=stream)
-        if math.prod(shape) and _needs_cupy([*devs, odev], shape):
+        if math.prod(shape) and _needs_cupy([*devs] + ([odev] if out is not None else []), shape):
             return None  # two passes, which take the CuPy kernels (see _needs_cupy)
+        if out is None:
+            odev = cuda.device_array(shape, dtype=devs[0].dtype, stream=stream)
         acc = cuda.to_device(np.zeros(len(vals), np.float64), stream=stream)
         n = math.prod(shape)
         if n:
@@ -461,7 +460,7 @@ def backward_all(act, data, params, out):
             views = [_view(d, cshape, st) for d, st in zip([*devs, odev], cstr)]
             kern = _kernel_all(act.name, cdt, len(cshape))
             blocks, threads = _launch_dims(cuda, n)
-            _configured(kern, blocks, threads, stream)(n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
+            kern[blocks, threads, stream](n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
         sums = acc.copy_to_host(stream=stream)
         if stream is not None and hasattr(stream, "synchronize"):
             stream.synchronize()
@@ -692,16 +691,6 @@ def collapse(shape, strides_list):
     return tuple(cs), [tuple(c) for c in cst]
 
 
-def _configured(kern, blocks, threads, stream):
-    """``kern[blocks, threads, stream]``. A small array gets few blocks by design, and
-    numba-cuda(-mlir) would warn of low occupancy (a NumbaPerformanceWarning) for it."""
-    if blocks >= 128:
-        return kern[blocks, threads, stream]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Grid size")
-        return kern[blocks, threads, stream]
-
-
 def _launch_dims(cuda, n, reduction=False):
     if simulator():
         threads = SIM_THREADS
@@ -709,7 +698,9 @@ def _launch_dims(cuda, n, reduction=False):
     sms = _state.get("sms")
     if sms is None:
         sms = _state["sms"] = cuda.get_current_device().MULTIPROCESSOR_COUNT
-    return max(1, min(-(-n // THREADS), sms * BLOCKS_PER_SM)), THREADS
+    # At least MIN_BLOCKS: numba-cuda(-mlir) warns of low occupancy (NumbaPerformanceWarning)
+    # for smaller grids, and blocks past the data exit at once.
+    return max(MIN_BLOCKS, min(-(-n // THREADS), sms * BLOCKS_PER_SM)), THREADS
 
 
 def _like(template, dev):
@@ -775,20 +766,44 @@ def _via_cupy(act, what, data, params, out=None, kind=None):
 
     cdata = [dev(d) for d in data]
     cparams = {k: dev(v) if handles(v) else v for k, v in params.items()}
-    if what == "backward_params":
-        return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
-    o = out[0] if isinstance(out, tuple) else out
-    res = cupy_backend.run(act, kind, cdata, cparams, None if o is None else dev(o))
+    with _cupy_context(cupy, data):
+        if what == "backward_params":
+            return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
+        o = out[0] if isinstance(out, tuple) else out
+        res = cupy_backend.run(act, kind, cdata, cparams, None if o is None else dev(o))
     return o if o is not None else _back(data[0], res)
 
 
+def _cupy_context(cupy, data):
+    """CuPy's device and stream for a hand-off: the data's device, and the stream its
+    producer named in its CUDA array interface, which the direct path launches on (Numba
+    device arrays name none: CuPy's current stream then)."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    d = getattr(data[0], "device", None)
+    idx = getattr(d, "id", None) if type(data[0]).__module__.split(".")[0] == "cupy" else getattr(d, "index", None)
+    if isinstance(idx, int):
+        stack.enter_context(cupy.cuda.Device(idx))
+    for o in data:
+        if getattr(type(o), "__cuda_ndarray__", False):
+            continue
+        ptr = o.__cuda_array_interface__.get("stream")
+        if ptr:
+            stack.enter_context(cupy.cuda.ExternalStream(ptr))
+            break
+    return stack
+
+
 def _back(template, arr):
-    """A CuPy result as the type of ``template`` (zero-copy)."""
-    if type(template).__module__.split(".")[0] == "cupy":
+    """A CuPy result as the type of ``template`` (zero-copy): CuPy and torch as
+    themselves, anything else as the toolchain's device array, as the direct path returns."""
+    mod = type(template).__module__.split(".")[0]
+    if mod == "cupy":
         return arr
-    if getattr(type(template), "__cuda_ndarray__", False):
-        return _cuda().as_cuda_array(arr)
-    return _like(template, arr)
+    if mod == "torch":
+        return _like(template, arr)
+    return _cuda().as_cuda_array(arr)
 
 
 def _operands(act, data, params):
@@ -882,12 +897,13 @@ def run(act, kind, data, params, out):
                 odev.copy_to_device(_as_device(cuda, tmp), stream=stream)
                 return out
             result = out
-        else:
+        n = math.prod(shape)
+        arr_ops = [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)]
+        if n and _needs_cupy(arr_ops + ([odev] if out is not None else []), shape):
+            return _via_cupy(act, "run", data, params, out, kind)
+        if out is None:
             odev = cuda.device_array(shape, dtype=odt, stream=stream)
             result = None
-        n = math.prod(shape)
-        if n and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev], shape):
-            return _via_cupy(act, "run", data, params, out, kind)
         if n:
             ops = [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev]
             what = [*_DATA_NAMES[: len(devs)], *(p for p, a in zip(act.param_names, arrays) if a), "out"]
@@ -898,7 +914,7 @@ def run(act, kind, data, params, out):
             pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
             kern = _kernel(name, kind, cdt, arrays, len(cshape))
             blocks, threads = _launch_dims(cuda, n)
-            _configured(kern, blocks, threads, stream)(n, *views[: len(devs)], *pv, views[-1])
+            kern[blocks, threads, stream](n, *views[: len(devs)], *pv, views[-1])
         return result if result is not None else _like(data[0], odev)
 
 
@@ -920,11 +936,11 @@ def _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream):
         scalar_sum = not arrays[k]
         kern = _kernel(act.name, "sum_" + p, cdt, arrays, len(cshape), scalar_sum)
         blocks, threads = _launch_dims(cuda, n)
-        _configured(kern, blocks, threads, stream)(n, views[0], views[1], *pv, acc if scalar_sum else views[-1])
+        kern[blocks, threads, stream](n, views[0], views[1], *pv, acc if scalar_sum else views[-1])
     res = cuda.device_array(pshape, dtype=cdt, stream=stream)
     flat_src = _view(acc, (max(1, math.prod(pshape)),), (8,))
     flat_dst = _view(res, (max(1, math.prod(pshape)),), (np.dtype(cdt).itemsize,))
-    _cast_kernel()[1, 1 if simulator() else 32, stream](flat_src, flat_dst)
+    _cast_kernel()[1 if simulator() else MIN_BLOCKS, 1 if simulator() else 32, stream](flat_src, flat_dst)
     return res
 
 
