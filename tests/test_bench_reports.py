@@ -57,3 +57,12 @@ def test_cpu_bench_says_when_the_machine_is_not_quiet():
     q = bench.quiet_check(data)
     assert not q["quiet"] and len(q["why"]) == 3
     assert "identity at 3.00x the copy limit" in q["why"][1]
+
+
+def test_the_gpu_backward_limit_kernel_compiles(nvrtc):
+    # the 16-byte-vector x ^ g kernel the GPU bench divides backward times by
+    from . import gpu_helpers as H
+
+    ptx, _ = H.nvrtc_compile(bench_gpu._TWO_IN_ONE)
+    assert ".entry iglu_np_bench_two_in_one" in ptx
+    assert "ld.global.nc.v4.u32" in ptx and "st.global.v4.u32" in ptx
