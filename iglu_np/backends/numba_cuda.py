@@ -124,7 +124,13 @@ def status():
         return False, f"{ver} installed, but no usable CUDA GPU/driver ({msg})"
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     cc = ".".join(map(str, dev.compute_capability))
-    return True, f"{ver}, {name} (compute capability {cc})"
+    note = ""
+    if _mlir():
+        import importlib.util
+
+        note = ("; broadcast or strided operands run the CuPy kernels" if importlib.util.find_spec("cupy")
+                else "; C-contiguous operands of the result's shape only (install cupy for the rest)")
+    return True, f"{ver}, {name} (compute capability {cc}){note}"
 
 
 # --------------------------------------------------------------------------- device functions
