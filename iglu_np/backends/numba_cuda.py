@@ -777,7 +777,8 @@ def _via_cupy(act, what, data, params, out=None, kind=None):
             return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
         o = out[0] if isinstance(out, tuple) else out
         res = cupy_backend.run(act, kind, cdata, cparams, None if o is None else dev(o))
-    return o if o is not None else _back(data[0], res)
+        # (inside: a Numba view of res syncs on the stream the kernel ran on)
+        return o if o is not None else _back(data[0], res)
 
 
 def _cupy_context(cupy, data):
