@@ -106,8 +106,10 @@ extern "C" __global__ void iglu_np_bench_two_in_one(const uint4* __restrict__ a,
 
 def _two_in_one(cupy):
     """``f(x, g, o)``: the limit kernel launched over the whole 16-byte words of x."""
+    from .backends.cupy_backend import _sm_count
+
     kern = cupy.RawKernel(_TWO_IN_ONE, "iglu_np_bench_two_in_one")
-    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    sms = _sm_count(cupy)
 
     def f(x, g, o):
         n16 = x.nbytes // 16

@@ -29,7 +29,6 @@ importing iglu_np never imports cupy, numba.cuda or dask.
 from __future__ import annotations
 
 import importlib
-import sys
 
 import numpy as np
 
@@ -127,16 +126,6 @@ def _choose(act, data, params) -> str:
     return "cpu"
 
 
-def _may_share(out, a) -> bool:
-    """Whether two numpy (or two cupy) arrays may overlap in memory."""
-    if isinstance(out, np.ndarray):
-        return isinstance(a, np.ndarray) and np.may_share_memory(out, a)
-    cp = sys.modules.get("cupy")
-    if cp is not None and isinstance(out, cp.ndarray) and isinstance(a, cp.ndarray):
-        return bool(cp.may_share_memory(out, a))
-    return False
-
-
 # --------------------------------------------------------------------------- dispatch
 def run(act, kind, data, params, out):
     """Kernel ``kind`` of ``act`` on ``data`` on the backend the operands (or
@@ -182,7 +171,7 @@ def backward_all(act, data, params, out) -> tuple:
             if res is not None:
                 return res
     # numpy's semantics: every operand is read before out is written, so the parameter
-    # gradients come first (out may be grad_out itself, in memory _may_share cannot see:
-    # torch or Numba device arrays).
+    # gradients come first (out may be grad_out itself, also in memory no overlap check
+    # sees: torch or Numba device arrays).
     gp = backward_params(act, data, dict(params))
     return run(act, "bwd", data, dict(params), out), gp

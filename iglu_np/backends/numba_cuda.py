@@ -722,16 +722,21 @@ def _like(template, dev):
     return dev
 
 
+def _device_index(obj):
+    """The device ordinal of a CuPy or torch array, else None."""
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "cupy":
+        return obj.device.id
+    if mod == "torch":
+        return obj.device.index
+    return None
+
+
 def _device_ctx(cuda, obj):
     """Context manager selecting the device of a CuPy/torch input (no-op otherwise)."""
     import contextlib
 
-    mod = type(obj).__module__.split(".")[0]
-    idx = None
-    if mod == "cupy":
-        idx = obj.device.id
-    elif mod == "torch":
-        idx = obj.device.index
+    idx = _device_index(obj)
     if idx is None or simulator():
         return contextlib.nullcontext()
     return cuda.gpus[idx]
@@ -756,7 +761,8 @@ def _needs_cupy(ops, shape) -> bool:
 
 def _via_cupy(act, what, data, params, out=None, kind=None):
     """``what`` of the CuPy backend on zero-copy CuPy views of the operands, the results
-    handed back as the caller's array type (see :func:`_needs_cupy`)."""
+    handed back as the caller's array type (see :func:`_needs_cupy`); ``out`` is one
+    array (run has unwrapped a tuple)."""
     try:
         import cupy
     except ImportError:
@@ -775,10 +781,9 @@ def _via_cupy(act, what, data, params, out=None, kind=None):
     with _cupy_context(cupy, data):
         if what == "backward_params":
             return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
-        o = out[0] if isinstance(out, tuple) else out
-        res = cupy_backend.run(act, kind, cdata, cparams, None if o is None else dev(o))
+        res = cupy_backend.run(act, kind, cdata, cparams, None if out is None else dev(out))
         # (inside: a Numba view of res syncs on the stream the kernel ran on)
-        return o if o is not None else _back(data[0], res)
+        return out if out is not None else _back(data[0], res)
 
 
 def _cupy_context(cupy, data):
@@ -788,9 +793,8 @@ def _cupy_context(cupy, data):
     import contextlib
 
     stack = contextlib.ExitStack()
-    d = getattr(data[0], "device", None)
-    idx = getattr(d, "id", None) if type(data[0]).__module__.split(".")[0] == "cupy" else getattr(d, "index", None)
-    if isinstance(idx, int):
+    idx = _device_index(data[0])
+    if idx is not None:
         stack.enter_context(cupy.cuda.Device(idx))
     for o in data:
         if getattr(type(o), "__cuda_ndarray__", False):
@@ -912,7 +916,7 @@ def run(act, kind, data, params, out):
             odev = cuda.device_array(shape, dtype=odt, stream=stream)
             result = None
         if n:
-            ops = [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr), odev]
+            ops = [*arr_ops, odev]
             what = [*_DATA_NAMES[: len(devs)], *(p for p, a in zip(act.param_names, arrays) if a), "out"]
             strides = [_broadcast_strides(w, d, shape) for w, d in zip(what, ops)]
             cshape, cstr = collapse(shape, strides)
