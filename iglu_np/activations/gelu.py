@@ -842,7 +842,36 @@ def gelu_tanh_dx(x):
 
 
 
+# The bulk (|x| <= 21 float64, 9.9 float32: |2u| <= 694 / 85, so exp(-|2u|) is normal and
+# the gate's tail selects are off): exp_normal instead of exp, the same bits (see define's
+# bulk). One znver4 core, float64 forward 2.48 -> 1.90 ns/el, backward 2.62 -> 2.29.
+@kernel
+def _gelu_tanh_bulk_domain(x):
+    T = type(x)
+    return abs(x) <= (T(9.9) if is_f32(x) else T(21.0))
 
+
+@kernel
+def _tanh_gate_bulk(x):
+    T = type(x)
+    s, h = _tanh_arg(x)
+    m = exp_normal(-abs(s))
+    m = m + m * h if s < T(0.0) else m - m * h
+    r = T(1.0) / (T(1.0) + m)
+    return (m * r if s < T(0.0) else r), m, r
+
+
+@kernel
+def gelu_tanh_f_bulk(x):
+    sig, m, r = _tanh_gate_bulk(x)
+    return x * sig
+
+
+@kernel
+def gelu_tanh_dx_bulk(x):
+    sig, m, r = _tanh_gate_bulk(x)
+    d = type(x)(K1_64H) + type(x)(THREE_K3) * (x * x)
+    return sig + (x * d) * (m * r * r)
 
 
 # --------------------------------------------------------------------------- references
@@ -1026,6 +1055,8 @@ define(
     ),
     f=gelu_tanh_f,
     dx=gelu_tanh_dx,
+    bulk={"f": gelu_tanh_f_bulk, "dx": gelu_tanh_dx_bulk},
+    bulk_domain=_gelu_tanh_bulk_domain,
     ref=_ref_gelu_tanh,
     ref_dx=_ref_gelu_tanh_dx,
     scales={"dx": _ref_gelu_tanh_scale},
