@@ -98,8 +98,8 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_vmath_bulk_functions_equal_the_full_ones_in_range(dtype):
-    """exp_normal and log1p_unit (what the bulk kernels call on the CPU) give exp's and
-    log1p's bits wherever exp is normal and on (0, 1]."""
+    """exp_normal (what the bulk kernels call on the CPU) gives exp's bits wherever exp is
+    normal."""
     from iglu_np import _vmath
 
     fi = np.finfo(dtype)
@@ -107,6 +107,52 @@ def test_vmath_bulk_functions_equal_the_full_ones_in_range(dtype):
     lo, hi = np.log(fi.tiny) * 0.9999, (fi.maxexp - 0.5) * np.log(2.0) * 0.9999
     x = np.concatenate([np.linspace(lo, hi, 200_001), [0.0, -0.0, lo, hi]]).astype(dtype)
     _same(_ufunc(_vmath.exp_normal, 1, dtype)(x), _ufunc(_vmath.exp, 1, dtype)(x))
-    u = np.concatenate([np.geomspace(fi.tiny, 1.0, 200_001), np.linspace(0.5, 1.0, 10_001)]).astype(dtype)
-    u = u[(u > 0) & (u <= 1)]
-    _same(_ufunc(_vmath.log1p_unit, 1, dtype)(u), _ufunc(_vmath.log1p, 1, dtype)(u))
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+def test_log1p_unit_is_correctly_rounded_within_0_6_ulp(dtype):
+    """_math.log1p_unit (softplus's log1p(exp(-|y|)), bulk and exact alike) against mpmath
+    on [0, 1]: subnormal and tiny x give x, 0 gives 0, NaN gives NaN."""
+    import mpmath as mp
+
+    from iglu_np import _math
+
+    f = _ufunc(cpu._rebinder()(_math.log1p_unit), 1, dtype)
+    fi = np.finfo(dtype)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.geomspace(fi.smallest_subnormal, 1.0, 3000), rng.random(3000),
+                        [0.0, 1.0, 2.0**-60, 2.0**-59, 1 / 3, 0.9621459, 0.9858711779843162]])
+    x = x.astype(dtype)
+    y = f(x)
+    with mp.workdps(40):
+        ref = [mp.log1p(mp.mpf(float(v))) for v in x]
+    ulp = np.spacing(np.abs(np.array([float(r) for r in ref])).astype(dtype)).astype(np.float64)
+    err = [abs(mp.mpf(float(a)) - r) / u for a, r, u in zip(y, ref, ulp)]
+    assert max(err) <= 0.6, (max(err), x[int(np.argmax(err))])
+    tiny = x < 2.0**-60
+    _same(y[tiny], x[tiny])
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(f(np.array([np.nan], dtype)))[0]
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+def test_exp_expm1_neg_gives_exp_and_expm1_bits(dtype):
+    """One reduction and one polynomial for both: exp's and expm1's bits wherever exp is
+    normal and x <= 0, across expm1's clamp (below it expm1 is -1) and at -0.0."""
+    from iglu_np import _vmath
+
+    @numba.njit
+    def both(x, e, m):
+        for i in range(x.size):
+            e[i], m[i] = _vmath.exp_expm1_neg(x[i])
+
+    fi = np.finfo(dtype)
+    lo = np.log(fi.tiny) * 0.9999
+    clamp = -20.0 if dtype == np.float32 else -41.6
+    c = np.asarray(clamp, dtype)
+    near = [np.nextafter(c, -np.inf), c, np.nextafter(c, 0)]
+    x = np.concatenate([np.linspace(lo, 0.0, 300_001), -np.geomspace(fi.tiny, 50.0, 100_001),
+                        np.linspace(clamp - 1, clamp + 1, 10_001), near, [0.0, -0.0, lo]]).astype(dtype)
+    e, m = np.empty_like(x), np.empty_like(x)
+    both(x, e, m)
+    _same(e, _ufunc(_vmath.exp, 1, dtype)(x))
+    _same(m, _ufunc(_vmath.expm1, 1, dtype)(x))

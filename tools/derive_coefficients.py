@@ -260,3 +260,20 @@ def gelu32n_fits():
 
 if __name__ == "__main__":
     gelu32n_fits()
+
+
+# --------------------------------------------------------------------------- log1p_unit
+# iglu_np._math.log1p_unit: log1p(x) = 2s + s w L(w), s = x/(2 + x), w = s^2 <= 1/9 for x in
+# [0, 1]; 1/(2 + x) to 2e-3 scales s's correction term.
+# ``python tools/derive_coefficients.py log1p_unit`` prints only these.
+def log1p_unit_fits():
+    fit("LOG1PU_L32", _vm_log, [0, mp.mpf(1) / 9], 4)
+    fit("LOG1PU_L64", _vm_log, [0, mp.mpf(1) / 9], 9)
+    fit("LOG1PU_INV", lambda x: 1 / (2 + x), [0, 1], 2)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] in ([], ["log1p_unit"]):
+        log1p_unit_fits()

@@ -2,7 +2,7 @@
 Mish and xSiLU (Huang 2024, expanded gating range)."""
 import math
 
-from .._math import exp_normal, exp_scaled, horner, is_f32, sigmoid
+from .._math import exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, sigmoid
 from .._spec import Param, define, kernel
 
 # (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
@@ -313,8 +313,8 @@ def _xsilu_bulk_domain(x, alpha):
 # exp(-|x|)): the same bits as the kernels above (see define's bulk).
 @kernel
 def _xsilu_gate_bulk(x, alpha):
-    e = exp_normal(-abs(x))
-    return _xsilu_gate_of(x, alpha, math.expm1(-abs(x)), e), e
+    e, m = exp_expm1_neg(-abs(x))
+    return _xsilu_gate_of(x, alpha, m, e), e
 
 
 @kernel

@@ -37,7 +37,7 @@ def softplus_f(x, beta, threshold):
     # log1p(exp(-|y|)) with the dw -|y|: for y << 0 the result is ~exp(y)/beta and exp
     # has condition |y|; for y > 0, y + log1p(exp(-y)) (no overflow), the low part of y
     # entering additively.
-    l = math.log1p(exp_dw(nh, nl))
+    l = log1p_unit(exp_dw(nh, nl))
     r = (yh + (yl + l)) if pos else l
     r = r / beta
     return x if linear else r

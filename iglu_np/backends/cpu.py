@@ -62,14 +62,14 @@ _GENERATORS = ("_spec.py", "_kinds.py", "backends/_rebind.py", "backends/cpu.py"
 
 def _overrides() -> dict:
     """Helpers the CPU backend replaces: straight-line Horner (a loop left in a kernel
-    keeps the element loop scalar), the fused multiply-add instruction, and exp and log1p
-    without range handling for the bulk kernels."""
+    keeps the element loop scalar), the fused multiply-add instruction, and exp (alone, and
+    with expm1 from one reduction) without range handling for the bulk kernels."""
     from .. import _math, _vmath
 
     out = {_math.horner: _vmath.horner, _math.fma: _vmath._fma}
     if _vmath.enabled():  # else it compiles as written: libm's exp
         out[_math.exp_normal] = _vmath.exp_normal
-        out[_math.log1p_unit] = _vmath.log1p_unit
+        out[_math.exp_expm1_neg] = _vmath.exp_expm1_neg
     return out
 
 
