@@ -28,6 +28,7 @@ __all__ = [
     "exp_scaled",
     "exp_normal",
     "exp_expm1_neg",
+    "tanh_small",
     "log1p_unit",
     "sigmoid",
     "log1p_exp",
@@ -142,6 +143,14 @@ def exp_expm1_neg(x):
     :func:`iglu_np._vmath.exp_expm1_neg` (the same bits, one reduction and one polynomial
     for both); elsewhere it is ``math.exp`` and ``math.expm1``."""
     return math.exp(x), math.expm1(x)
+
+
+@kernel
+def tanh_small(x):
+    """``tanh(x)`` for |x| < 0.625, for the bulk kernels: the CPU binds
+    :func:`iglu_np._vmath.tanh_small` (tanh's bits there, its polynomial alone); elsewhere
+    it is ``math.tanh``."""
+    return math.tanh(x)
 
 
 # log1p(x) = 2 atanh(s), s = x/(2 + x) in [0, 1/3] for x in [0, 1]: 2 atanh(s) = 2s + s w L(w),

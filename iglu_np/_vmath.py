@@ -35,7 +35,7 @@ from ._math import PIO2_HI64 as _PIO2_HI64
 from ._math import PIO2_LO32 as _PIO2_LO32
 from ._math import PIO2_LO64 as _PIO2_LO64
 
-__all__ = ["horner", "atan", "exp", "exp_normal", "exp_expm1_neg", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot", "MATH",
+__all__ = ["horner", "atan", "exp", "exp_normal", "exp_expm1_neg", "expm1", "log", "log1p", "tanh", "tanh_small", "erf", "erfc", "hypot", "MATH",
            "enabled"]
 
 
@@ -423,14 +423,26 @@ TANH64 = (
 
 
 @_jit
+def _tanh_poly(a):
+    """tanh(a) for 0 <= a < 0.625."""
+    w = a * a
+    if _f32(a):
+        return a + a * w * _poly(w, TANH32)
+    return a + a * w * _poly(w, TANH64)
+
+
+@_jit
+def tanh_small(x):
+    """tanh(x) for |x| < 0.625: :func:`tanh`'s bits there, its polynomial alone (no exp and
+    no division). For the spec's bulk kernels."""
+    return math.copysign(_tanh_poly(abs(x)), x)
+
+
+@_jit
 def tanh(x):
     T = type(x)
     a = abs(x)
-    w = a * a
-    if _f32(x):
-        p = a + a * w * _poly(w, TANH32)
-    else:
-        p = a + a * w * _poly(w, TANH64)
+    p = _tanh_poly(a)
     # a >= 0.625: 1 - 2/(e^2a + 1); the subtracted term is < 0.45, so no cancellation.
     q = T(1.0) - T(2.0) / (exp(a + a) + T(1.0))
     r = p if a < T(0.625) else q
@@ -608,7 +620,7 @@ def hypot(x, y):
 # --------------------------------------------------------------------------- namespace
 # The ``math`` functions computed here instead of by libm (CPU) or libdevice (Numba CUDA),
 # and translated to C++ for CuPy.
-OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot")
+OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "tanh_small", "erf", "erfc", "hypot")
 
 
 def _namespace() -> types.ModuleType:

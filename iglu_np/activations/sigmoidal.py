@@ -2,7 +2,7 @@
 Mish and xSiLU (Huang 2024, expanded gating range)."""
 import math
 
-from .._math import exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, sigmoid
+from .._math import exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, sigmoid, tanh_small
 from .._spec import Param, define, kernel
 
 # (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
@@ -90,6 +90,25 @@ def tanh_dx(x):
     return T(4.0) * e * r * r
 
 
+# The bulk (|x| <= 354 float64, 43 float32: exp(-2|x|) normal): each side computes only
+# what it returns where the exact kernel, vectorised, computes tanh (its polynomial, an exp
+# and a division) and a second exp and division. The same bits (see define's bulk). One
+# znver4 core, backward float64 2.07 -> 1.83 ns/el, float32 0.83 -> 0.70.
+@kernel
+def _tanh_bulk_domain(x):
+    T = type(x)
+    return abs(x) <= (T(43.0) if is_f32(x) else T(354.0))
+
+
+@kernel
+def tanh_dx_bulk(x):
+    T = type(x)
+    t = tanh_small(x)  # read where |x| < 1/2 only
+    e = exp_normal(T(-2.0) * abs(x))
+    r = T(1.0) / (T(1.0) + e)
+    return (T(1.0) - t) * (T(1.0) + t) if abs(x) < T(0.5) else T(4.0) * e * r * r
+
+
 # --------------------------------------------------------------------------- SiLU
 @kernel
 def silu_f(x):
@@ -157,6 +176,29 @@ def tanhshrink_f(x):
             p = horner(v - T(1.125), TANHSHRINK_64)
         return x * (v * p)
     return x - math.tanh(x)
+
+
+# The bulk (|x| <= 354 float64, 44 float32: exp(2|x|) normal): the cubic for |x| < 1.5 and
+# beyond it tanh's exp form (what tanh returns for |x| >= 0.625) without tanh's polynomial;
+# the same bits (see define's bulk). One znver4 core, forward float64 2.14 -> 2.00 ns/el,
+# float32 0.74 -> 0.69.
+@kernel
+def _tanhshrink_bulk_domain(x):
+    T = type(x)
+    return abs(x) <= (T(44.0) if is_f32(x) else T(354.0))
+
+
+@kernel
+def tanhshrink_f_bulk(x):
+    T = type(x)
+    v = x * x
+    if is_f32(x):
+        p = horner(v - T(1.125), TANHSHRINK_32)
+    else:
+        p = horner(v - T(1.125), TANHSHRINK_64)
+    a = abs(x)
+    t = math.copysign(T(1.0) - T(2.0) / (exp_normal(a + a) + T(1.0)), x)
+    return x * (v * p) if a < T(1.5) else x - t
 
 
 @kernel
@@ -486,6 +528,8 @@ define(
     derivative_formula=r"\tanh'(x) = 1 - \tanh^2(x) = \frac{4e^{-2|x|}}{(1 + e^{-2|x|})^2}",
     f=tanh_f,
     dx=tanh_dx,
+    bulk={"dx": tanh_dx_bulk},
+    bulk_domain=_tanh_bulk_domain,
     ref=lambda mp, x: mp.tanh(x) if mp.isfinite(x) else mp.sign(x),
     ref_dx=lambda mp, x: _sech2(mp, x),
     notes=(
@@ -536,6 +580,8 @@ define(
     derivative_formula=r"\mathrm{Tanhshrink}'(x) = \tanh^2(x)",
     f=tanhshrink_f,
     dx=tanhshrink_dx,
+    bulk={"f": tanhshrink_f_bulk},
+    bulk_domain=_tanhshrink_bulk_domain,
     ref=lambda mp, x: _ref_tanhshrink(mp, x),
     ref_dx=lambda mp, x: _ref_tanhshrink_dx(mp, x),
     special_points=(1.5,),
