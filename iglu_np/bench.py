@@ -49,9 +49,30 @@ def _median_time(fn, repeats, min_time):
 
 # A quiet machine: identity within this factor of the copy limit (the rows are relative
 # to both), the repeats of a measurement within SPREAD_MAX (p90/p10), and a load average
-# below the core count (the bench's own threads excluded: load measured before it starts).
+# below the core count (the bench's own threads excluded: load measured before it starts);
+# the CPU's speed steady through the run (CANARY_MAX: a fixed compute-bound call timed
+# before the run and after every activation) and the memory's (DRIFT_MAX: the limits
+# measured before and after each block). On a shared VM (2026-11-26) two runs minutes
+# apart both passed the first three checks while sigmoid float64, unchanged between them,
+# took 0.67 and 1.14 ns/el, and the copy limit moved by 37%.
 IDENTITY_MAX = 1.5
 SPREAD_MAX = 1.5
+CANARY_MAX = 1.3
+DRIFT_MAX = 1.4
+_CANARY_N = 16_384
+
+
+def _canary_time(c, d) -> float:
+    """Median of 101 calls of np.exp on 16,384 float64 elements (L2-resident, one thread,
+    compute-bound; ~1.5 ms): a yardstick of the CPU's speed that does not involve iglu_np.
+    On an idle machine it repeats within ~10%."""
+    np.exp(c, out=d)
+    ts = []
+    for _ in range(101):
+        t = time.perf_counter()
+        np.exp(c, out=d)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
 
 
 def quiet_check(data) -> dict:
@@ -73,7 +94,24 @@ def quiet_check(data) -> dict:
     spread = data.get("spread")
     if spread is not None and spread > SPREAD_MAX:
         why.append(f"repeats spread up to {spread:.2f}x (p90/p10 > {SPREAD_MAX})")
-    return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load}
+    canary = data.get("canary")
+    if canary and min(canary) > 0 and max(canary) / min(canary) > CANARY_MAX:
+        why.append(f"the CPU's speed varied during the run (a fixed compute-bound call took "
+                   f"up to {max(canary) / min(canary):.2f}x its fastest time; > {CANARY_MAX})")
+    drift = max((_drift(lim) for lim in data["limits"]), default=None)
+    if drift is not None and drift > DRIFT_MAX:
+        why.append(f"the memory throughput varied during the run (a copy limit moved "
+                   f"{drift:.2f}x between its measurements; > {DRIFT_MAX})")
+    return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load,
+            "canary": (max(canary) / min(canary)) if canary and min(canary) > 0 else None,
+            "drift": drift}
+
+
+def _drift(lim):
+    """The larger ratio of a limit's two measurements (before and after its block)."""
+    pairs = [lim.get(k) for k in ("copy_runs", "two_in_one_out_runs")]
+    rs = [max(p) / min(p) for p in pairs if p and min(p) > 0]
+    return max(rs) if rs else None
 
 
 def _limits():
@@ -174,6 +212,9 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             if torch:
                 raise
     pcopy, pmul = _limits()
+    cc = np.linspace(-5.0, 5.0, _CANARY_N)
+    cd = np.empty_like(cc)
+    canary = [_canary_time(cc, cd)]
     rows, limits = [], []
     total = len(dtypes) * len(sizes) * (len(names) + 1)
     done = 0
@@ -218,14 +259,17 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
                         "torch_seconds": tt,
                         "torch_rel": (tt / t) if tt else None,
                     })
+                canary.append(_canary_time(cc, cd))
                 done += 1
                 if progress:
                     progress(done, total, f"{dts} n={n} {name}")
             # The limits again after the activations, keeping the faster: measured once,
             # they were sometimes slower than identity itself (a cold first measurement).
             t_copy2, t_two2 = measure_limits()
-            t_copy, t_two = min(t_copy, t_copy2), min(t_two, t_two2)
-            limits.append({"dtype": dts, "n": n, "copy": t_copy, "two_in_one_out": t_two})
+            limits.append({"dtype": dts, "n": n, "copy": min(t_copy, t_copy2),
+                           "two_in_one_out": min(t_two, t_two2), "copy_runs": [t_copy, t_copy2],
+                           "two_in_one_out_runs": [t_two, t_two2]})
+            t_copy, t_two = limits[-1]["copy"], limits[-1]["two_in_one_out"]
             for r in rows[first_row:]:
                 r["rel_limit"] = r["seconds"] / (t_copy if r["pass"] == "fwd" else t_two)
     m = machine_info()
@@ -233,7 +277,8 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     spreads = sorted(_SPREADS)
     # the 90th percentile of the measurements' spreads: one hiccup does not flag a run
     data = {"machine": m, "rows": rows, "limits": limits,
-            "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None}
+            "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
+            "canary": canary}
     data["quiet"] = quiet_check(data)
     return data
 
@@ -309,7 +354,10 @@ def markdown(data, heading: bool = True) -> str:
         lines.append(f"Machine quiet: load {q['load']:.1f}, identity at "
                      + (f"{q['identity_x_limit']:.2f}x" if q["identity_x_limit"] else "-")
                      + " the copy limit, repeats within "
-                     + (f"{q['spread']:.2f}x." if q["spread"] else "-."))
+                     + (f"{q['spread']:.2f}x" if q["spread"] else "-")
+                     + (f", CPU speed steady within {q['canary']:.2f}x" if q.get("canary") else "")
+                     + (f", copy limits within {q['drift']:.2f}x" if q.get("drift") else "")
+                     + ".")
     else:
         lines.append("**Machine not quiet: " + "; ".join(q["why"]) + ". These figures "
                      "measure the machine's load as much as the code: rerun on an idle machine.**")

@@ -66,3 +66,30 @@ def test_the_gpu_backward_limit_kernel_compiles(nvrtc):
     ptx, _ = H.nvrtc_compile(bench_gpu._TWO_IN_ONE)
     assert ".entry iglu_np_bench_two_in_one" in ptx
     assert "ld.global.nc.v4.u32" in ptx and "st.global.v4.u32" in ptx
+
+
+def test_cpu_bench_flags_cpu_speed_and_memory_drift_during_the_run():
+    from iglu_np import bench
+
+    lim = {"dtype": "float64", "n": 10**6, "copy_runs": [1.0, 1.1], "two_in_one_out_runs": [2.0, 2.1]}
+    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [lim],
+            "rows": [{"activation": "identity", "pass": "fwd", "dtype": "float64", "n": 10**6,
+                      "rel_limit": 1.0}], "spread": 1.1, "canary": [1.0, 1.05, 1.1]}
+    q = bench.quiet_check(data)
+    assert q["quiet"] and abs(q["canary"] - 1.1) < 1e-12 and abs(q["drift"] - 1.1) < 1e-12
+    data["canary"].append(1.7)  # a neighbour took the CPU for part of the run
+    lim["two_in_one_out_runs"] = [2.0, 3.0]  # and the memory throughput changed
+    q = bench.quiet_check(data)
+    assert not q["quiet"] and len(q["why"]) == 2
+    assert "1.70x its fastest" in q["why"][0] and "moved 1.50x" in q["why"][1]
+    assert bench.CANARY_MAX < 1.7 and bench.DRIFT_MAX < 1.5
+
+
+def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
+    from iglu_np import bench
+
+    data = bench.run(["relu"], sizes=(20_000,), repeats=2, min_time=0.0, torch=False)
+    assert len(data["canary"]) == 3 and min(data["canary"]) > 0  # before, identity, relu
+    lim = data["limits"][0]
+    assert lim["copy"] == min(lim["copy_runs"]) and len(lim["two_in_one_out_runs"]) == 2
+    assert "CPU speed" in bench.markdown(data) or "not quiet" in bench.markdown(data)
