@@ -361,6 +361,15 @@ assert r is v and np.array_equal(v.copy_to_host(), np.arange(1.0, 41.0)), v.copy
 d2 = cuda.to_device(np.linspace(-3, 3, 40))
 iglu_np.iglu(d2, out=d2)  # exactly aliased: in place
 assert np.allclose(d2.copy_to_host(), iglu_np.iglu(np.linspace(-3, 3, 40)))
+# a strided out= interleaved with x (overlapping extents), and a float32 out= of float64 x
+h = np.linspace(-3, 3, 40)
+d3 = cuda.to_device(h)
+r = iglu_np.iglu(d3[::2], out=d3[1::2])
+assert r is not None and np.allclose(d3.copy_to_host()[1::2], iglu_np.iglu(h[::2]))
+assert np.array_equal(d3.copy_to_host()[::2], h[::2])
+d4 = cuda.to_device(np.zeros(40, np.float32))
+r = iglu_np.iglu(cuda.to_device(h), out=d4)
+assert np.allclose(d4.copy_to_host(), iglu_np.iglu(h).astype(np.float32))
 print("ok")
 """
 

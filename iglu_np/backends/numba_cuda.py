@@ -905,7 +905,11 @@ def run(act, kind, data, params, out):
                 # kernel reads and writes in any order, so compute into a temporary and copy
                 # (numpy's buffered semantics)
                 tmp = run(act, kind, data, params, None)
-                odev.copy_to_device(_as_device(cuda, tmp), stream=stream)
+                # copied by identity's kernel: any strides of out= and a cast to its dtype
+                # (copy_to_device wants both contiguous and of one dtype)
+                from .. import _params
+
+                run(_params.of("identity"), "fwd", (tmp,), {}, out)
                 return out
             result = out
         n = math.prod(shape)
