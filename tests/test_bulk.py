@@ -60,7 +60,11 @@ def test_bulk_kernels_equal_exact_in_domain(name, dtype):
         assert not inside[~np.isfinite(x)].any()  # NaN and inf are never in it
         for key in spec.bulk:
             want = _ufunc(exact[key], n_in, dtype)(xs, *pv)
-            got = _ufunc(getattr(mod, "_b_" + key), n_in, dtype)(xs, *pv)
+            # FP flags of a bulk kernel are nobody's: only the fast path runs it, and its
+            # loops report none (LLVM may evaluate a discarded select side on any lane:
+            # selu's expm1 of a large x); the exact kernels are the .ufunc's, kept strict
+            with np.errstate(all="ignore"):
+                got = _ufunc(getattr(mod, "_b_" + key), n_in, dtype)(xs, *pv)
             _same(got, want)
 
 

@@ -1,7 +1,7 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import BIG, exp_dw, horner, is_f32, two_prod
+from .._math import BIG, exp_dw, exp_expm1_neg, exp_normal, horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 # (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
@@ -66,6 +66,54 @@ def elu_dalpha(x, alpha):
     if x > T(0.0):
         return T(0.0)
     return math.expm1(x)
+
+
+# The bulk of ELU and SELU (x >= -708 float64, -87 float32: exp normal): exp and expm1 of
+# the non-positive side without range handling (the exact kernels, vectorised, clamp and
+# scale twice for every lane, the positive ones included); the same bits (see define's bulk).
+# One znver4 core, forward/backward ns/el: elu float64 1.14-1.18/1.11-1.15 -> 0.97/1.01,
+# float32 0.54/0.52 -> 0.44/0.46; selu float64 1.69-1.75/1.45-1.48 -> 1.30/1.32, float32
+# 0.78/0.66 -> 0.60/0.62.
+@kernel
+def _exp_bulk_domain(x):
+    T = type(x)
+    return x >= (T(-87.0) if is_f32(x) else T(-708.0)) and x < T(math.inf)
+
+
+@kernel
+def _elu_bulk_domain(x, alpha):
+    return _exp_bulk_domain(x)
+
+
+@kernel
+def _neg_side(x):
+    """0 where x > 0, else x (-0.0 and NaN kept: min(x, 0) would give +0.0 for -0.0)."""
+    T = type(x)
+    return T(0.0) if x > T(0.0) else x
+
+
+@kernel
+def _expm1_neg(x):
+    e, m = exp_expm1_neg(_neg_side(x))
+    return m
+
+
+@kernel
+def elu_f_bulk(x, alpha):
+    T = type(x)
+    return x if x > T(0.0) else alpha * _expm1_neg(x)
+
+
+@kernel
+def elu_dx_bulk(x, alpha):
+    T = type(x)
+    return T(1.0) if x > T(0.0) else alpha * exp_normal(_neg_side(x))
+
+
+@kernel
+def elu_dalpha_bulk(x, alpha):
+    T = type(x)
+    return T(0.0) if x > T(0.0) else _expm1_neg(x)
 
 
 # --------------------------------------------------------------------------- CELU
@@ -151,17 +199,52 @@ def selu_f(x):
 @kernel
 def selu_dx(x):
     T = type(x)
-    if x > T(0.0):
-        if is_f32(x):
-            return T(SELU_L_HI32)
-        return T(SELU_L_HI64)
     if is_f32(x):
         hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
+        lam = T(SELU_L_HI32)
     else:
         hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
-    e = math.exp(x)
+        lam = T(SELU_L_HI64)
+    # Selects, no branch: behind an `if x > 0: return` LLVM took exp of x itself on every
+    # lane of the if-converted .ufunc loop (an overflow flag, a warning, for large x).
+    e = math.exp(_neg_side(x))
     p, r = two_prod(e, hi)
-    return p + (r + e * lo)
+    return lam if x > T(0.0) else p + (r + e * lo)
+
+
+@kernel
+def _selu_bulk_domain(x):
+    return _exp_bulk_domain(x)
+
+
+@kernel
+def selu_f_bulk(x):
+    T = type(x)
+    pos = x > T(0.0)
+    if is_f32(x):
+        hi = T(SELU_L_HI32) if pos else T(SELU_LA_HI32)
+        lo = T(SELU_L_LO32) if pos else T(SELU_LA_LO32)
+    else:
+        hi = T(SELU_L_HI64) if pos else T(SELU_LA_HI64)
+        lo = T(SELU_L_LO64) if pos else T(SELU_LA_LO64)
+    v = x if pos else _expm1_neg(x)
+    p, e = two_prod(v, hi)
+    r = p + (e + v * lo)
+    return x if (x == T(0.0) or (pos and math.isinf(x))) else r
+
+
+@kernel
+def selu_dx_bulk(x):
+    T = type(x)
+    if is_f32(x):
+        hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
+        lam = T(SELU_L_HI32)
+    else:
+        hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
+        lam = T(SELU_L_HI64)
+    e = exp_normal(_neg_side(x))
+    p, r = two_prod(e, hi)
+    return lam if x > T(0.0) else p + (r + e * lo)
 
 
 
@@ -241,6 +324,8 @@ define(
     f=elu_f,
     dx=elu_dx,
     dparams={"alpha": elu_dalpha},
+    bulk={"f": elu_f_bulk, "dx": elu_dx_bulk, "alpha": elu_dalpha_bulk},
+    bulk_domain=_elu_bulk_domain,
     ref=_ref_elu,
     ref_dx=_ref_elu_dx,
     ref_dparams={"alpha": _ref_elu_da},
@@ -314,6 +399,8 @@ define(
     ),
     f=selu_f,
     dx=selu_dx,
+    bulk={"f": selu_f_bulk, "dx": selu_dx_bulk},
+    bulk_domain=_selu_bulk_domain,
     ref=lambda mp, x: _ref_selu(mp, x),
     ref_dx=lambda mp, x: _ref_selu_dx(mp, x),
     special_points=(0.0,),
