@@ -177,7 +177,9 @@ def celu_dalpha(x, alpha):
 
 # --------------------------------------------------------------------------- SELU
 @kernel
-def selu_f(x):
+def _selu_of(x, m):
+    """SELU from m = expm1 of min(x, 0) (x > 0 lanes get expm1(0): expm1(+inf) would be
+    inf in the unused lane)."""
     T = type(x)
     # One product lambda*v + its low part for both signs, v = x or expm1(x), and selects:
     # branches around expm1 kept the float64 loop scalar.
@@ -188,7 +190,6 @@ def selu_f(x):
     else:
         hi = T(SELU_L_HI64) if pos else T(SELU_LA_HI64)
         lo = T(SELU_L_LO64) if pos else T(SELU_LA_LO64)
-    m = math.expm1(T(0.0) if pos else x)  # (expm1(+inf) would be inf in the unused lane)
     v = x if pos else m
     p, e = two_prod(v, hi)
     r = p + (e + v * lo)
@@ -197,7 +198,8 @@ def selu_f(x):
 
 
 @kernel
-def selu_dx(x):
+def _selu_dx_of(x, e):
+    """SELU's derivative from e = exp of min(x, 0)."""
     T = type(x)
     if is_f32(x):
         hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
@@ -205,11 +207,20 @@ def selu_dx(x):
     else:
         hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
         lam = T(SELU_L_HI64)
-    # Selects, no branch: behind an `if x > 0: return` LLVM took exp of x itself on every
-    # lane of the if-converted .ufunc loop (an overflow flag, a warning, for large x).
-    e = math.exp(_neg_side(x))
     p, r = two_prod(e, hi)
     return lam if x > T(0.0) else p + (r + e * lo)
+
+
+@kernel
+def selu_f(x):
+    return _selu_of(x, math.expm1(_neg_side(x)))
+
+
+@kernel
+def selu_dx(x):
+    # Selects, no branch: behind an `if x > 0: return` LLVM took exp of x itself on every
+    # lane of the if-converted .ufunc loop (an overflow flag, a warning, for large x).
+    return _selu_dx_of(x, math.exp(_neg_side(x)))
 
 
 @kernel
@@ -219,32 +230,12 @@ def _selu_bulk_domain(x):
 
 @kernel
 def selu_f_bulk(x):
-    T = type(x)
-    pos = x > T(0.0)
-    if is_f32(x):
-        hi = T(SELU_L_HI32) if pos else T(SELU_LA_HI32)
-        lo = T(SELU_L_LO32) if pos else T(SELU_LA_LO32)
-    else:
-        hi = T(SELU_L_HI64) if pos else T(SELU_LA_HI64)
-        lo = T(SELU_L_LO64) if pos else T(SELU_LA_LO64)
-    v = x if pos else _expm1_neg(x)
-    p, e = two_prod(v, hi)
-    r = p + (e + v * lo)
-    return x if (x == T(0.0) or (pos and math.isinf(x))) else r
+    return _selu_of(x, _expm1_neg(x))
 
 
 @kernel
 def selu_dx_bulk(x):
-    T = type(x)
-    if is_f32(x):
-        hi, lo = T(SELU_LA_HI32), T(SELU_LA_LO32)
-        lam = T(SELU_L_HI32)
-    else:
-        hi, lo = T(SELU_LA_HI64), T(SELU_LA_LO64)
-        lam = T(SELU_L_HI64)
-    e = exp_normal(_neg_side(x))
-    p, r = two_prod(e, hi)
-    return lam if x > T(0.0) else p + (r + e * lo)
+    return _selu_dx_of(x, exp_normal(_neg_side(x)))
 
 
 
