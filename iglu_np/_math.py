@@ -178,7 +178,7 @@ def log1p_unit(x):
     The bulk kernels and the exact ones that stay in [0, 1] (softplus) share it: it
     replaced log1p's fdlibm form there (two divisions, the exponent split): one znver4
     core, softplus forward float64 2.65 -> 2.17 ns/el, float32 1.05 -> 0.87; worst error
-    0.57 ulp in both (log1p's: 0.79)."""
+    0.583 ulp float32 (every float32 in [0, 1]), 0.61 float64 (2e7 samples; log1p's: 0.79)."""
     T = type(x)
     d = T(2.0) + x
     ed = (T(2.0) - d) + x  # d's rounding error, exact (2 >= x)

@@ -620,7 +620,7 @@ def hypot(x, y):
 # --------------------------------------------------------------------------- namespace
 # The ``math`` functions computed here instead of by libm (CPU) or libdevice (Numba CUDA),
 # and translated to C++ for CuPy.
-OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "tanh_small", "erf", "erfc", "hypot")
+OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot")
 
 
 def _namespace() -> types.ModuleType:

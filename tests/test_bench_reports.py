@@ -93,3 +93,15 @@ def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
     lim = data["limits"][0]
     assert lim["copy"] == min(lim["copy_runs"]) and len(lim["two_in_one_out_runs"]) == 2
     assert "CPU speed" in bench.markdown(data) or "not quiet" in bench.markdown(data)
+
+
+def test_quiet_check_takes_limits_without_both_measurements():
+    # JSON from before the drift check (no *_runs), mixed with new limits: no drift figure
+    # from the old ones, and no comparison of None
+    from iglu_np import bench
+
+    old = {"dtype": "float32", "n": 10**4, "copy": 1.0, "two_in_one_out": 2.0}
+    new = dict(old, n=10**6, copy_runs=[1.0, 1.2], two_in_one_out_runs=[2.0, 2.0])
+    base = {"machine": {"cores": 2}, "rows": [], "spread": 1.1}
+    assert bench.quiet_check(dict(base, limits=[old, dict(old, n=10**6)]))["drift"] is None
+    assert abs(bench.quiet_check(dict(base, limits=[old, new]))["drift"] - 1.2) < 1e-12

@@ -265,7 +265,8 @@ if __name__ == "__main__":
 # --------------------------------------------------------------------------- log1p_unit
 # iglu_np._math.log1p_unit: log1p(x) = 2s + s w L(w), s = x/(2 + x), w = s^2 <= 1/9 for x in
 # [0, 1]; 1/(2 + x) to 2e-3 scales s's correction term.
-# ``python tools/derive_coefficients.py log1p_unit`` prints only these.
+# ``python tools/derive_coefficients.py log1p_unit`` prints these after the blocks above
+# (which print unconditionally).
 def log1p_unit_fits():
     fit("LOG1PU_L32", _vm_log, [0, mp.mpf(1) / 9], 4)
     fit("LOG1PU_L64", _vm_log, [0, mp.mpf(1) / 9], 9)
