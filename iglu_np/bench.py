@@ -11,9 +11,13 @@ repeats and printed as a Markdown table:
   the forward, the faster of ``np.multiply(x, g, out=o)`` and a two-thread ``x*g -> out``
   for the backward (1.0 = as fast as copying the data),
 
-with torch on the CPU side by side when torch is installed (never required). A full run
-takes several minutes; ``--quick`` about 20 s. In Python, :func:`run` returns the data and
-:func:`markdown` formats it (``iglu-np reproduce`` uses both).
+with torch on the CPU side by side when torch is installed (never required). The report
+says whether the machine was quiet enough for the figures to describe the code: load
+average, identity against the copy limit, the spread of repeats, a fixed compute-bound call
+timed before the run and after every activation, and each limit measured before and after
+its block (:func:`quiet_check`). A full run takes several minutes; ``--quick`` about 20 s.
+In Python, :func:`run` returns the data and :func:`markdown` formats it (``iglu-np
+reproduce`` uses both).
 """
 from __future__ import annotations
 
