@@ -68,8 +68,8 @@ _CANARY_N = 16_384
 
 def _canary_time(c, d) -> float:
     """Median of 101 calls of np.exp on 16,384 float64 elements (L2-resident, one thread,
-    compute-bound; ~13 us a call, ~1.5 ms in all on a znver4 core): a yardstick of the CPU's speed that does not involve iglu_np.
-    On an idle machine it repeats within ~10%."""
+    compute-bound; ~13 us a call, ~1.5 ms in all on a znver4 core): a yardstick of the
+    CPU's speed that does not involve iglu_np. On an idle machine it repeats within ~10%."""
     np.exp(c, out=d)
     ts = []
     for _ in range(101):
@@ -99,16 +99,16 @@ def quiet_check(data) -> dict:
     if spread is not None and spread > SPREAD_MAX:
         why.append(f"repeats spread up to {spread:.2f}x (p90/p10 > {SPREAD_MAX})")
     canary = data.get("canary")
-    if canary and min(canary) > 0 and max(canary) / min(canary) > CANARY_MAX:
+    cr = max(canary) / min(canary) if canary and min(canary) > 0 else None
+    if cr is not None and cr > CANARY_MAX:
         why.append(f"the CPU's speed varied during the run (a fixed compute-bound call took "
-                   f"up to {max(canary) / min(canary):.2f}x its fastest time; > {CANARY_MAX})")
+                   f"up to {cr:.2f}x its fastest time; > {CANARY_MAX})")
     drift = max((d for d in map(_drift, data["limits"]) if d is not None), default=None)
     if drift is not None and drift > DRIFT_MAX:
         why.append(f"the memory throughput varied during the run (a copy limit moved "
                    f"{drift:.2f}x between its measurements; > {DRIFT_MAX})")
     return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load,
-            "canary": (max(canary) / min(canary)) if canary and min(canary) > 0 else None,
-            "drift": drift}
+            "canary": cr, "drift": drift}
 
 
 def _drift(lim):
