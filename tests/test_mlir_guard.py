@@ -66,3 +66,47 @@ def test_small_launches_ask_for_enough_blocks_not_to_be_warned(monkeypatch):
     monkeypatch.setitem(nc._state, "sms", 132)
     assert nc._launch_dims(None, 10)[0] >= 128
     assert nc._launch_dims(None, 10**9) == (132 * nc.BLOCKS_PER_SM, nc.THREADS)
+
+
+def test_kernels_test_nan_with_isnan_not_ne():
+    """numba-cuda-mlir 0.6 lowers a float ``!=`` to an ordered compare (arith.cmpf one:
+    False for NaN), so ``x != x`` never saw a NaN on an H200 and relu's derivative of NaN
+    came back 0. Kernels use ``math.isnan`` (or ``==`` with the branches swapped)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from iglu_np import _spec
+    from iglu_np.activations import relu  # noqa: F401  (registers every kernel)
+
+    bad = []
+    for fn in _spec._KERNELS:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(isinstance(op, ast.NotEq) for op in node.ops):
+                bad.append(f"{fn.__module__}.{fn.__name__}: {ast.unparse(node)}")
+    assert len(_spec._KERNELS) > 100
+    assert not bad, bad
+
+
+def test_hand_off_stream_uses_the_stream_protocol_not_external_stream():
+    """CuPy 14 deprecates ExternalStream (its DeprecationWarning failed the hand-off test
+    on an H200): a raw stream pointer goes through Stream.from_external as a CUDA stream
+    protocol object; older CuPy keeps ExternalStream."""
+    import types
+
+    seen = []
+
+    class Stream:
+        @classmethod
+        def from_external(cls, obj):
+            seen.append(obj.__cuda_stream__())
+            return "from_external"
+
+    class Old:
+        pass
+
+    new = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream))
+    assert nc._external_stream(new, 0x7F00) == "from_external" and seen == [(0, 0x7F00)]
+    old = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Old, ExternalStream=lambda p: ("ext", p)))
+    assert nc._external_stream(old, 5) == ("ext", 5)

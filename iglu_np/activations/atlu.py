@@ -86,7 +86,7 @@ def xatlu_f(x, alpha):
     # would alpha*x for alpha = 0, hence the test).
     z = cauchy_z(neg, big, k)
     rn = c * (nap if (neg and big) else x * z)
-    rn = rn - alpha * x if alpha != T(0.0) else rn
+    rn = rn if alpha == T(0.0) else rn - alpha * x
     # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
     # terms, so no cancellation on this side.
     rp = x * (T(0.5) + c * (T(0.5) - k if big else k))

@@ -4,6 +4,8 @@ Kink conventions follow PyTorch 2.13's autograd (checked with torch): the deriva
 breakpoint is the value of the *outer* (flat) piece, except hardswish at x = +3 where
 PyTorch's hardswish_backward returns 1.
 """
+import math
+
 import numpy as np
 
 from .._spec import Param, define, kernel
@@ -29,7 +31,7 @@ def hardtanh_dx(x, lo, hi):
     T = type(x)
     if x > lo and x < hi:
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -39,7 +41,7 @@ def hardtanh_dlo(x, lo, hi):
     T = type(x)
     if x <= lo:
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -49,7 +51,7 @@ def hardtanh_dhi(x, lo, hi):
     T = type(x)
     if x >= hi:
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -134,7 +136,7 @@ def hardsigmoid_dx(x):
     T = type(x)
     if x > T(-3.0) and x < T(3.0):
         return T(1.0) / T(6.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 

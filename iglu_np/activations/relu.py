@@ -5,6 +5,8 @@ conventions: the derivative at the kink follows PyTorch's autograd (checked agai
 torch 2.13), NaN is never turned into a number by a comparison, and the limits at
 +-inf come out without inf*0.
 """
+import math
+
 from .._spec import Param, define, kernel
 
 _TORCH = "PyTorch torch.nn.functional documentation (relu, leaky_relu, prelu)"
@@ -19,7 +21,7 @@ def identity_f(x):
 @kernel
 def identity_dx(x):
     T = type(x)
-    if x != x:  # 0*x + 1 would also turn +-inf into NaN
+    if math.isnan(x):  # 0*x + 1 would also turn +-inf into NaN
         return x
     return T(1.0)
 
@@ -39,7 +41,7 @@ def relu_dx(x):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)  # relu'(0) = 0, PyTorch's convention
 
@@ -76,7 +78,7 @@ def leaky_dx(x, a):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return a  # f'(0) = slope (PyTorch: x > 0 ? 1 : slope)
 

@@ -22,7 +22,7 @@ def hardshrink_dx(x, lam):
     T = type(x)
     if abs(x) > lam:
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -30,7 +30,7 @@ def hardshrink_dx(x, lam):
 @kernel
 def hardshrink_dlam(x, lam):
     T = type(x)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -50,7 +50,7 @@ def softshrink_dx(x, lam):
     T = type(x)
     if abs(x) > lam:
         return T(1.0)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -60,7 +60,7 @@ def softshrink_dlam(x, lam):
     T = type(x)
     if abs(x) > lam:
         return -math.copysign(T(1.0), x)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 

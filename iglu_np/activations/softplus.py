@@ -102,7 +102,7 @@ def softplus_dbeta(x, beta, threshold):
 @kernel
 def softplus_dthreshold(x, beta, threshold):
     T = type(x)
-    if x != x:
+    if math.isnan(x):
         return x
     # The threshold only moves a jump discontinuity: the derivative is 0 almost everywhere.
     return T(0.0)

@@ -148,7 +148,7 @@ def xielu_dx(x, ap, an, beta, eps):
             # built for float64; float32 parameters are exact there).
             return T(_xielu_dx_neg(numba.float64(x), numba.float64(an), numba.float64(beta)))
         return _xielu_dx_neg(x, an, beta)
-    if x != x:
+    if math.isnan(x):
         return x
     return beta - an
 
@@ -158,7 +158,7 @@ def xielu_dap(x, ap, an, beta, eps):
     T = type(x)
     if x > T(0.0):
         return x * x
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -183,7 +183,7 @@ def xielu_deps(x, ap, an, beta, eps):
     T = type(x)
     if x > eps and x <= T(0.0):
         return an * math.exp(eps)
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
@@ -379,7 +379,7 @@ def xiprelu_dap(x, ap, an, beta):
     T = type(x)
     if x > T(0.0):
         return x * x
-    if x != x:
+    if math.isnan(x):
         return x
     return T(0.0)
 
