@@ -404,15 +404,31 @@ def _gelu_core(x, t_hi, t_lo):
     return neg if t_hi < T(0.0) else pos
 
 
+# 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
+_K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
+_K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
+_TWO_M512 = 7.458340731200207e-155
+
+
 @kernel
 def _gelu_dx_core(t_hi, t_lo):
     """Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0."""
     T = type(t_hi)
-    ph = _npdf_dw(t_hi, t_lo)
+    neg = t_hi < T(0.0)
+    under, y, f = _npdf_exponent(t_hi, t_lo)
+    # t < 0 where phi < e^-700 (|t| > 37.4): phi 2^1024 = e^(y + 1024 ln2), the value
+    # scaled back by 2^-1024 at the end, so it is rounded once: |t| phi is normal where
+    # phi is not (phi rounded into the subnormal range, then multiplied: 28 ulp).
+    d = neg and y < T(-700.0)
+    y, g = _two_sum(y, T(_K1024_HI) if d else T(0.0))
+    f = f + (g + (T(_K1024_LO) if d else T(0.0)))
+    ph = math.exp(y)
+    ph = T(0.0) if under else ph + ph * f
     a = abs(t_hi)
     small, m, a4, s = _mills_both(a)
-    neg = t_hi < T(0.0)
     r = ph * (m - a) if neg else T(1.0) + ph * (a - m)
+    sc = T(_TWO_M512) if d else T(1.0)
+    r = (r * sc) * sc
     # |t| = inf (or phi underflowed): the limits 0 and 1 (not 0*inf).
     lim = T(0.0) if neg else T(1.0)
     return lim if ph == T(0.0) else r
@@ -737,12 +753,6 @@ def gelu_a_da_bulk(x, a):
     return gelu_a_da(x, a)
 
 
-# 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
-_K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
-_K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
-_TWO_M512 = 7.458340731200207e-155
-
-
 @kernel
 def _shift_ln2(x, y, f):
     """(x', y', f') with x^2 e^(y+f) = x'^2 e^(y'+f'): x' = x 2^-512j and y' = y + 1024 j
@@ -818,33 +828,56 @@ def _d2u(x):
     return T(K1_64H) + T(THREE_K3) * (x * x)
 
 
+# 64 ln2 as hi + lo per dtype (lo enters to first order: float32's hi alone would leave
+# float64 a lo of 1.2e-7, 7e-15 of error squared), and 2^-64.
+K64LN2_64H, K64LN2_64L = 44.3614195558365, 1.4841899608616317e-15
+K64LN2_32H, K64LN2_32L = 44.361419677734375, -1.2189787519729715e-07
+TWO_M64 = 5.421010862427522e-20
+
+
 @kernel
 def _tanh_gate(x):
+    """(sigmoid(2u), m, r, sc): the gate scaled by 1/sc (see below)."""
     T = type(x)
     s, h = _tanh_arg(x)
+    # Where exp(2u) nears the subnormal range (2u < -86 float32, -700 float64: beyond the
+    # bulk), the gate is e^(2u + 64 ln2) and the value is scaled back by sc = 2^-64 at the
+    # end, so it is rounded once into the subnormal range: x times a subnormal gate was
+    # 20 ulp off (float64), the derivative 1,072 (an mpmath sweep across the underflow).
+    if is_f32(x):
+        d = s < T(-86.0)
+        k_hi = T(K64LN2_32H) if d else T(0.0)
+        k_lo = T(K64LN2_32L) if d else T(0.0)
+    else:
+        d = s < T(-700.0)
+        k_hi = T(K64LN2_64H) if d else T(0.0)
+        k_lo = T(K64LN2_64L) if d else T(0.0)
+    s, g = _two_sum(s, k_hi)
+    h = h + (g + k_lo)
     m = math.exp(-abs(s))
     if abs(s) < T(1024.0):  # beyond, m is 0 (and h may be inf/NaN from x^3 overflow)
         m = m + m * h if s < T(0.0) else m - m * h
-    return _gate_of(s, m)
+    sig, m, r = _gate_of(s, m)
+    return sig, m, r, (T(TWO_M64) if d else T(1.0))
 
 
 @kernel
 def gelu_tanh_f(x):
     T = type(x)
-    sig, m, r = _tanh_gate(x)
+    sig, m, r, sc = _tanh_gate(x)
     if sig == T(0.0):  # x = -inf: limit 0, not -inf*0
         return T(-0.0)
-    return x * sig
+    return (x * sig) * sc
 
 
 @kernel
 def gelu_tanh_dx(x):
     T = type(x)
-    sig, m, r = _tanh_gate(x)
+    sig, m, r, sc = _tanh_gate(x)
     q = m * r * r
     if q == T(0.0):  # |x| = inf (or the gate saturated): the second term is 0
-        return sig
-    return sig + (x * _d2u(x)) * q
+        return sig * sc
+    return (sig + (x * _d2u(x)) * q) * sc
 
 
 # The bulk (|x| <= 21 float64, 9.9 float32: |2u| <= 694 / 85, so exp(-|2u|) is normal and
