@@ -801,9 +801,30 @@ def _cupy_context(cupy, data):
             continue
         ptr = o.__cuda_array_interface__.get("stream")
         if ptr:
-            stack.enter_context(cupy.cuda.ExternalStream(ptr))
+            stack.enter_context(_external_stream(cupy, ptr))
             break
     return stack
+
+
+class _StreamPtr:
+    """A raw ``cudaStream_t`` as an object of the CUDA stream protocol."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = int(ptr)
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def _external_stream(cupy, ptr):
+    """CuPy's stream for a raw pointer: ``Stream.from_external`` (CuPy >= 14 deprecates
+    ``ExternalStream``, whose warning failed the hand-off under -W error on an H200)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamPtr(ptr))
+    return cupy.cuda.ExternalStream(ptr)
 
 
 def _back(template, arr):
