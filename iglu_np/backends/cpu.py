@@ -107,11 +107,16 @@ def _code_sig(code) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+# _vmath.OVERRIDDEN, without importing _vmath (test_cache_key checks they agree)
+_VMATH_NAMES = frozenset(("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot"))
+
+
 def kernel_sources(spec) -> tuple:
     """``(files, values)`` that the compiled kernels of ``spec`` depend on besides the
     generators: the spec's own module file and the files of every kernel reachable from
     ``f``, ``dx`` and ``dparams`` through their globals (as :class:`Rebinder` follows
-    them), ``_vmath.py`` where ``math`` or an overridden helper is used; and ``values``,
+    them), ``_vmath.py`` where a ``math`` function it replaces or an overridden helper is
+    used; and ``values``,
     ``"<kernel>:<global>=<value>"`` for the other globals they read (Numba freezes those
     at compile time, wherever they were defined)."""
     from .._spec import is_kernel
@@ -156,7 +161,8 @@ def kernel_sources(spec) -> tuple:
             if _rebind._hashable(v) and is_kernel(v):
                 todo.append(v)
             elif v is math:
-                uses_math = True
+                # only _vmath's functions matter (math.isnan etc. compile as themselves)
+                uses_math = uses_math or not _VMATH_NAMES.isdisjoint(fn.__code__.co_names)
             elif isinstance(v, types.ModuleType):
                 f = getattr(v, "__file__", None)
                 if f and Path(f).resolve().is_relative_to(_PKG_DIR):
