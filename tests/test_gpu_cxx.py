@@ -195,10 +195,16 @@ def _host_vs_cpu(host_libs, name, flags, max_ulp):
     lib = _lib(host_libs, spec, flags)
     worst = {}
     for dt in (np.float32, np.float64):
-        x = H.sweep_points(dt)
-        g = np.linspace(-3.0, 3.0, x.size).astype(dt)
+        sweep = H.sweep_points(dt)
         for ps in _param_sets(spec):
             pv = tuple(ps[p] for p in act.param_names)
+            # the spec's special points for these parameters (xIELU's root: its own branch)
+            # and 16 neighbours each side
+            sp = [s(ps) if callable(s) else s for s in spec.special_points]
+            sp = [dt(v) for v in sp if v is not None and np.isfinite(v)]
+            near = [v + k * np.spacing(v) for v in sp for k in range(-16, 17)]
+            x = np.concatenate([sweep, np.array(near, dtype=dt)])
+            g = np.linspace(-3.0, 3.0, x.size).astype(dt)
             for kind in cxx.kernel_kinds(spec):
                 gg = g if kind.startswith("bwd") else None
                 got = H.host_call(lib, spec, kind, dt, x, g=gg, params=pv)

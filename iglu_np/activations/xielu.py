@@ -138,15 +138,39 @@ def _xielu_dx_neg(x, an, beta):
 
 
 @kernel
+def _xielu_dx_neg32(x, an, beta):
+    """_xielu_dx_neg for float32 data, in float64 (float32 parameters are exact there)
+    and rounded once. Outside a width w = 2^-18 beta/(alpha_n - beta) around the root the
+    plain alpha_n expm1(x) + beta is at least ~2^-18 beta, while its float64 roundings are
+    ~2^-51 beta: 2^-33 of it, far below float32's 2^-24. So the root form runs only
+    within w of a float32 estimate x0 of the root (w widened by x0's error), not across
+    2 x0 <= x <= x0/2: on a GPU its double-word steps ran in every warp that held one such
+    element (most warps, for data ~ N(0, 1)), and the float32 backward took 10x the copy
+    limit on an H200. The CPU hoists hi and the root's low part out of the loop either way."""
+    T = type(x)
+    x0 = math.log1p(-beta / an)
+    w = T(3.814697265625e-06) * beta / (an - beta) + T(4.76837158203125e-07) * abs(x0)
+    xd = numba.float64(x)
+    k = numba.float64(an)
+    c = numba.float64(beta)
+    arg = xd
+    if beta > T(0.0) and an < T(BIG) and x0 >= T(-40.0) and abs(x - x0) < w:
+        hi = math.log1p(-c / k)
+        if hi >= numba.float64(-40.0):
+            arg = (xd - hi) - xielu_root_lo(k, c, hi)
+            k = k - c
+            c = numba.float64(0.0)
+    return T(k * math.expm1(arg) + c)
+
+
+@kernel
 def xielu_dx(x, ap, an, beta, eps):
     T = type(x)
     if x > T(0.0):
         return T(2.0) * ap * x + beta
     if x <= eps:
         if is_f32(x):
-            # float32 data: the float64 result rounded once (the double-word root is
-            # built for float64; float32 parameters are exact there).
-            return T(_xielu_dx_neg(numba.float64(x), numba.float64(an), numba.float64(beta)))
+            return _xielu_dx_neg32(x, an, beta)
         return _xielu_dx_neg(x, an, beta)
     if math.isnan(x):
         return x
