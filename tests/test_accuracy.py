@@ -120,7 +120,7 @@ def test_gelu_float32_subnormal_tail_in_subnormal_ulps(name, kind, bound):
     assert max(err) <= bound, (max(err), x[int(np.argmax(err))])
 
 
-def _underflow_band(name, kind, dtype, n_pts):
+def _underflow_band(name, kind, dtype, n_pts, params):
     """Points where the computed value is within 2^12 of the smallest normal number (or a
     zero next to such a point): where a subnormal intermediate (phi, exp(2u), a gate)
     multiplied by |x| or a polynomial shows, and the general measure's floor (the smallest
@@ -130,7 +130,7 @@ def _underflow_band(name, kind, dtype, n_pts):
     lo, hi = spec.x_range
     mags = np.logspace(0, np.log10(min(abs(lo), abs(hi), float(fi.max))), 40000)
     x = np.concatenate([-mags, mags]).astype(dtype)
-    pv = [dtype(spec.defaults[p]) for p in spec.param_names]
+    pv = [dtype(params[p]) for p in spec.param_names]
     with np.errstate(all="ignore"):
         got = iglu_np.get(name)._ufunc(kind)(x, *pv)
     a = np.abs(got.astype(np.float64))
@@ -142,6 +142,21 @@ def _underflow_band(name, kind, dtype, n_pts):
     return x[band], got[band]
 
 
+def _underflow_errors(name, dtype, params):
+    spec = iglu_np._spec.REGISTRY[name]
+    bad = []
+    for kind in acc.kinds(spec):
+        x, got = _underflow_band(name, kind, dtype, 40, params)
+        if x.size == 0:
+            continue
+        true, scale = acc.reference(spec, kind, x, {k: float(dtype(v)) for k, v in params.items()})
+        err = acc.ulp_errors(got, true, scale, dtype, subnormal=True)
+        i = int(np.argmax(err))
+        if err[i] > acc.tolerance(spec, kind):
+            bad.append((kind, params, float(err[i]), float(x[i])))
+    return bad
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
 def test_underflow_edge_in_subnormal_ulps(name, dtype):
@@ -149,14 +164,16 @@ def test_underflow_edge_in_subnormal_ulps(name, dtype):
     ulps: gelu_tanh (1,072 ulp, dx float64) and gelu's float64 dx (28) failed this before
     they rescaled their gates."""
     spec = iglu_np._spec.REGISTRY[name]
+    assert not _underflow_errors(name, dtype, spec.defaults)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", [n for n, a in iglu_np.ACTIVATIONS.items() if a.spec.param_names])
+def test_underflow_edge_with_parameters(name, dtype):
+    """As above for each parameter's test values (others at default): a large factor
+    (elu's alpha = 1000, softplus's 1/beta, GELU_a's 1/a) multiplied a subnormal exp or
+    phi into a normal result 480-850 ulp off before they rescaled."""
     bad = []
-    for kind in acc.kinds(spec):
-        x, got = _underflow_band(name, kind, dtype, 40)
-        if x.size == 0:
-            continue
-        true, scale = acc.reference(spec, kind, x, spec.defaults)
-        err = acc.ulp_errors(got, true, scale, dtype, subnormal=True)
-        i = int(np.argmax(err))
-        if err[i] > acc.tolerance(spec, kind):
-            bad.append((kind, float(err[i]), float(x[i])))
+    for ps in acc.param_sets(iglu_np._spec.REGISTRY[name], dtype)[:12]:
+        bad += _underflow_errors(name, dtype, ps)
     assert not bad, bad

@@ -1,7 +1,7 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import BIG, exp_dw, exp_expm1_neg, exp_normal, horner, is_f32, two_prod
+from .._math import BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, two_prod
 from .._spec import Param, define, kernel
 
 # (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
@@ -57,7 +57,10 @@ def elu_dx(x, alpha):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    return alpha * math.exp(x)
+    # alpha e^x as (alpha m) sc (exp_scaled): rounded once where e^x is subnormal and alpha
+    # large (alpha = 1000: e^x rounded first, then multiplied, was 499 subnormal steps off).
+    m, sc = exp_scaled(x, T(0.0))
+    return (alpha * m) * sc
 
 
 @kernel
@@ -82,7 +85,9 @@ def _exp_bulk_domain(x):
 
 @kernel
 def _elu_bulk_domain(x, alpha):
-    return _exp_bulk_domain(x)
+    # short of exp_scaled's tail (x < -80 float32, -700 float64), which elu_dx takes
+    T = type(x)
+    return x >= (T(-80.0) if is_f32(x) else T(-700.0)) and x < T(math.inf)
 
 
 @kernel

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import exp_dw, exp_normal, fma, horner, is_f32, padded, two_prod
+from .._math import exp_dw, exp_normal, exp_scaled, fma, horner, is_f32, padded, two_prod
 from .._spec import Param, define, kernel
 
 def _f32(v: float) -> float:
@@ -338,16 +338,6 @@ def _npdf_exponent(t_hi, t_lo):
 
 
 @kernel
-def _npdf_dw(t_hi, t_lo):
-    """phi(t_hi + t_lo) = exp(-t^2/2 - log sqrt(2 pi)), exponent as a dw pair."""
-    T = type(t_hi)
-    under, y, f = _npdf_exponent(t_hi, t_lo)
-    r = math.exp(y)
-    r = r + r * f
-    return T(0.0) if under else r
-
-
-@kernel
 def _mills_poly(a):
     """Mills ratio M(a) = Phi(-a)/phi(a) for 0 <= a < 4 (any a is safe to pass): the
     polynomial of a's unit piece, its coefficients chosen by selects. NaN propagates."""
@@ -389,21 +379,6 @@ def _mills_both(a):
     return small, m, a4, s
 
 
-@kernel
-def _gelu_core(x, t_hi, t_lo):
-    """x * Phi(t) with Phi(-|t|) = phi(t) M(|t|) (no erfc: its own error is ~2 ulp)."""
-    T = type(x)
-    ph = _npdf_dw(t_hi, t_lo)
-    small, m, a4, s = _mills_both(abs(t_hi))
-    # t <= -4: x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
-    neg = x * (ph * m) if small else (x / a4) * (ph * s)
-    # x = -inf would give -inf*0 (phi = 0); the limit is 0 (from below).
-    neg = T(-0.0) if ph == T(0.0) else neg
-    # Phi(t) = 1 - Phi(-t) with Phi(-t) <= 1/2: no cancellation.
-    pos = x * (T(1.0) - ph * m)
-    return neg if t_hi < T(0.0) else pos
-
-
 # 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
 _K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
 _K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
@@ -411,23 +386,47 @@ _TWO_M512 = 7.458340731200207e-155
 
 
 @kernel
-def _gelu_dx_core(t_hi, t_lo):
-    """Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0."""
+def _npdf_shifted(t_hi, t_lo):
+    """(ph, sc) with phi(t) = (ph sc) sc: for t < 0 where phi < e^-700 (|t| > 37.4),
+    ph = phi 2^1024 = e^(y + 1024 ln2) and sc = 2^-512, else ph = phi and sc = 1. A value
+    phi times a factor is then rounded once, when scaled back last: |t| phi (GELU's
+    derivative) and (x/|t|) phi S (GELU_a's value, x/|t| = 1/a) are normal where phi is
+    not, and rounding phi into the subnormal range first had cost 28 and 849 ulp."""
     T = type(t_hi)
-    neg = t_hi < T(0.0)
     under, y, f = _npdf_exponent(t_hi, t_lo)
-    # t < 0 where phi < e^-700 (|t| > 37.4): phi 2^1024 = e^(y + 1024 ln2), the value
-    # scaled back by 2^-1024 at the end, so it is rounded once: |t| phi is normal where
-    # phi is not (phi rounded into the subnormal range, then multiplied: 28 ulp).
-    d = neg and y < T(-700.0)
+    d = t_hi < T(0.0) and y < T(-700.0)
     y, g = _two_sum(y, T(_K1024_HI) if d else T(0.0))
     f = f + (g + (T(_K1024_LO) if d else T(0.0)))
     ph = math.exp(y)
     ph = T(0.0) if under else ph + ph * f
+    return ph, (T(_TWO_M512) if d else T(1.0))
+
+
+@kernel
+def _gelu_core(x, t_hi, t_lo):
+    """x * Phi(t) with Phi(-|t|) = phi(t) M(|t|) (no erfc: its own error is ~2 ulp)."""
+    T = type(x)
+    ph, sc = _npdf_shifted(t_hi, t_lo)
+    small, m, a4, s = _mills_both(abs(t_hi))
+    # t <= -4: x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
+    neg = x * (ph * m) if small else (x / a4) * (ph * s)
+    neg = (neg * sc) * sc
+    # x = -inf would give -inf*0 (phi = 0); the limit is 0 (from below).
+    neg = T(-0.0) if ph == T(0.0) else neg
+    # Phi(t) = 1 - Phi(-t) with Phi(-t) <= 1/2: no cancellation.
+    pos = x * (T(1.0) - ph * m)
+    return neg if t_hi < T(0.0) else pos
+
+
+@kernel
+def _gelu_dx_core(t_hi, t_lo):
+    """Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0."""
+    T = type(t_hi)
+    ph, sc = _npdf_shifted(t_hi, t_lo)
     a = abs(t_hi)
     small, m, a4, s = _mills_both(a)
+    neg = t_hi < T(0.0)
     r = ph * (m - a) if neg else T(1.0) + ph * (a - m)
-    sc = T(_TWO_M512) if d else T(1.0)
     r = (r * sc) * sc
     # |t| = inf (or phi underflowed): the limits 0 and 1 (not 0*inf).
     lim = T(0.0) if neg else T(1.0)
@@ -828,37 +827,23 @@ def _d2u(x):
     return T(K1_64H) + T(THREE_K3) * (x * x)
 
 
-# 64 ln2 as hi + lo per dtype (lo enters to first order: float32's hi alone would leave
-# float64 a lo of 1.2e-7, 7e-15 of error squared), and 2^-64.
-K64LN2_64H, K64LN2_64L = 44.3614195558365, 1.4841899608616317e-15
-K64LN2_32H, K64LN2_32L = 44.361419677734375, -1.2189787519729715e-07
-TWO_M64 = 5.421010862427522e-20
-
-
 @kernel
 def _tanh_gate(x):
-    """(sigmoid(2u), m, r, sc): the gate scaled by 1/sc (see below)."""
+    """(sigmoid(2u), m, r, sc): the gate is sig sc (exp_scaled: where exp(2u) nears the
+    subnormal range, 2u < -80 float32 / -700 float64, sig is kept 2^64 larger and the value
+    scaled back last, so it is rounded once: x times a subnormal gate was 20 ulp off in
+    float64, the derivative 1,072, measured in subnormal spacings across the underflow;
+    sc = 1 for x > 0)."""
     T = type(x)
     s, h = _tanh_arg(x)
-    # Where exp(2u) nears the subnormal range (2u < -86 float32, -700 float64: beyond the
-    # bulk), the gate is e^(2u + 64 ln2) and the value is scaled back by sc = 2^-64 at the
-    # end, so it is rounded once into the subnormal range: x times a subnormal gate was
-    # 20 ulp off (float64), the derivative 1,072 (an mpmath sweep across the underflow).
-    if is_f32(x):
-        d = s < T(-86.0)
-        k_hi = T(K64LN2_32H) if d else T(0.0)
-        k_lo = T(K64LN2_32L) if d else T(0.0)
-    else:
-        d = s < T(-700.0)
-        k_hi = T(K64LN2_64H) if d else T(0.0)
-        k_lo = T(K64LN2_64L) if d else T(0.0)
-    s, g = _two_sum(s, k_hi)
-    h = h + (g + k_lo)
-    m = math.exp(-abs(s))
-    if abs(s) < T(1024.0):  # beyond, m is 0 (and h may be inf/NaN from x^3 overflow)
-        m = m + m * h if s < T(0.0) else m - m * h
+    h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
+    neg = s < T(0.0)
+    m, sc = exp_scaled(-abs(s), h if neg else -h)
+    # (x > 0: the gate is 1/(1 + m) = 1 in the tail, where only the true m may enter)
+    m = m if neg else m * sc
+    sc = sc if neg else T(1.0)
     sig, m, r = _gate_of(s, m)
-    return sig, m, r, (T(TWO_M64) if d else T(1.0))
+    return sig, m, r, sc
 
 
 @kernel
@@ -880,14 +865,15 @@ def gelu_tanh_dx(x):
     return (sig + (x * _d2u(x)) * q) * sc
 
 
-# The bulk (|x| <= 21 float64, 9.9 float32: |2u| <= 694 / 85, so exp(-|2u|) is normal and
-# the guards above are off): exp_normal instead of exp, the same bits (see define's bulk).
+# The bulk (|x| <= 21 float64, 9.6 float32: |2u| <= 694 / 79, short of exp_scaled's tail,
+# so exp(-|2u|) is normal and the guards above are off): exp_normal instead of exp, the
+# same bits (see define's bulk).
 # One znver4 core, float64 forward 2.48 -> 1.90 ns/el, backward 2.62 -> 2.29 (taking the
 # exact kernels' guards along cost 5-8%, so only _gate_of and _d2u are shared).
 @kernel
 def _gelu_tanh_bulk_domain(x):
     T = type(x)
-    return abs(x) <= (T(9.9) if is_f32(x) else T(21.0))
+    return abs(x) <= (T(9.6) if is_f32(x) else T(21.0))
 
 
 @kernel
