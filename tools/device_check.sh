@@ -58,7 +58,7 @@ log "diag"; head -60 "$OUT/diag.txt"
 nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv >> "$OUT/info.txt" 2>&1
 [ "${BENCH:-1}" = 1 ] || { log "no bench"; exit 0; }
 F32=${F32:-identity relu iglu iglu_approx gelu gelu_tanh silu softplus mish xielu elu hardswish}
-OTHER=${OTHER:-identity iglu gelu silu}
+OTHER=${OTHER:-identity iglu gelu silu xielu}
 timeout "${BENCH_S:-150}" $PY -m iglu_np.cli bench --device gpu --dtype float32 --json $F32 \
     > "$OUT/bench_f32.json" 2> "$OUT/bench_err.txt"
 log "bench float32 rc=$?"
