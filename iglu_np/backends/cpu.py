@@ -107,18 +107,14 @@ def _code_sig(code) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-# _vmath.OVERRIDDEN, without importing _vmath (test_cache_key checks they agree)
-_VMATH_NAMES = frozenset(("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot"))
-
-
 def kernel_sources(spec) -> tuple:
     """``(files, values)`` that the compiled kernels of ``spec`` depend on besides the
     generators: the spec's own module file and the files of every kernel reachable from
     ``f``, ``dx`` and ``dparams`` through their globals (as :class:`Rebinder` follows
     them), ``_vmath.py`` where a ``math`` function it replaces or an overridden helper is
-    used; and ``values``,
-    ``"<kernel>:<global>=<value>"`` for the other globals they read (Numba freezes those
-    at compile time, wherever they were defined)."""
+    used; and ``values``, ``"<kernel>:<global>=<value>"`` for the other globals they read
+    (Numba freezes those at compile time, wherever they were defined)."""
+    from .. import _vmath
     from .._spec import is_kernel
 
     files = set()
@@ -128,6 +124,7 @@ def kernel_sources(spec) -> tuple:
     values = []
     uses_math = False
     overrides = _overrides()
+    vmath_names = frozenset(_vmath.OVERRIDDEN)
     seen = set()
     todo = [spec.f, spec.dx, *spec.dparams.values(), *spec.bulk.values()]
     if spec.bulk_domain is not None:
@@ -162,7 +159,7 @@ def kernel_sources(spec) -> tuple:
                 todo.append(v)
             elif v is math:
                 # only _vmath's functions matter (math.isnan etc. compile as themselves)
-                uses_math = uses_math or not _VMATH_NAMES.isdisjoint(fn.__code__.co_names)
+                uses_math = uses_math or not vmath_names.isdisjoint(fn.__code__.co_names)
             elif isinstance(v, types.ModuleType):
                 f = getattr(v, "__file__", None)
                 if f and Path(f).resolve().is_relative_to(_PKG_DIR):
@@ -173,8 +170,6 @@ def kernel_sources(spec) -> tuple:
                     files.add(f)  # e.g. an njit helper of the package
                 values.append(f"{where}:{name}={_stable(v)}")
     if uses_math:
-        from .. import _vmath
-
         if _vmath.enabled():
             files.add(Path(_vmath.__file__).resolve())
     files.discard(None)
