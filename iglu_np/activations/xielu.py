@@ -120,6 +120,14 @@ def xielu_root_lo(an, beta, hi):
 
 
 @kernel
+def _xielu_root_form(x, an, beta, hi):
+    """(k, c, arg) with alpha_n expm1(x) + beta = k expm1(arg) + c near the root
+    x0 = hi + lo: (alpha_n - beta, 0, (x - hi) - lo)."""
+    T = type(x)
+    return an - beta, T(0.0), (x - hi) - xielu_root_lo(an, beta, hi)
+
+
+@kernel
 def _xielu_dx_neg(x, an, beta):
     """alpha_n expm1(x) + beta for x <= eps. Near the root (69 ulp at x = -1 in float64
     with the defaults) the same function is (alpha_n - beta) expm1(x - x0): with x0 a
@@ -131,9 +139,7 @@ def _xielu_dx_neg(x, an, beta):
     arg = x
     hi = math.log1p(-beta / an)
     if beta > T(0.0) and an < T(BIG) and hi >= T(-40.0) and T(2.0) * hi <= x and x <= T(0.5) * hi:
-        k = an - beta
-        c = T(0.0)
-        arg = (x - hi) - xielu_root_lo(an, beta, hi)
+        k, c, arg = _xielu_root_form(x, an, beta, hi)
     return k * math.expm1(arg) + c
 
 
@@ -157,9 +163,7 @@ def _xielu_dx_neg32(x, an, beta):
     if beta > T(0.0) and an < T(BIG) and x0 >= T(-40.0) and abs(x - x0) < w:
         hi = math.log1p(-c / k)
         if hi >= numba.float64(-40.0):
-            arg = (xd - hi) - xielu_root_lo(k, c, hi)
-            k = k - c
-            c = numba.float64(0.0)
+            k, c, arg = _xielu_root_form(xd, k, c, hi)
     return T(k * math.expm1(arg) + c)
 
 
