@@ -29,6 +29,13 @@ def tolerance(spec, kind: str) -> float:
     return float(spec.tolerances.get(kind, default))
 
 
+def special_values(spec, params: dict) -> list:
+    """The spec's special points (kinks, thresholds, roots), the callable ones evaluated at
+    ``params``; those that do not exist for these parameters (None) left out."""
+    vals = (s(params) if callable(s) else s for s in spec.special_points)
+    return [v for v in vals if v is not None]
+
+
 def x_points(spec, dtype, params: dict, n_log: int = 110, n_lin: int = 97) -> np.ndarray:
     """±logspace(1e-30, x_max), a linear grid on [-12, 12], ±0, ±inf, NaN-free, and the
     spec's special points with their neighbours (kinks, thresholds)."""
@@ -37,11 +44,7 @@ def x_points(spec, dtype, params: dict, n_log: int = 110, n_lin: int = 97) -> np
     mags = np.logspace(-30, math.log10(xmax), n_log)
     pts = [mags, -mags, np.linspace(-12, 12, n_lin), [0.0, -0.0, np.inf, -np.inf]]
     sp = []
-    for s in spec.special_points:
-        v = s(params) if callable(s) else s
-        if v is None:
-            continue
-        v = dtype(v)
+    for v in map(dtype, special_values(spec, params)):
         sp += [v, np.nextafter(v, dtype(np.inf)), np.nextafter(v, dtype(-np.inf))]
     pts.append(np.array(sp, dtype=np.float64))
     x = np.concatenate([np.asarray(p, dtype=np.float64).ravel() for p in pts]).astype(dtype)

@@ -32,6 +32,7 @@ import iglu_np
 from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
 from iglu_np.backends import cxx
 
+from . import accuracy as acc
 from . import gpu_helpers as H
 
 NAMES = sorted(REGISTRY)
@@ -200,8 +201,7 @@ def _host_vs_cpu(host_libs, name, flags, max_ulp):
             pv = tuple(ps[p] for p in act.param_names)
             # the spec's special points for these parameters (xIELU's root: its own branch)
             # and 16 neighbours each side
-            sp = [s(ps) if callable(s) else s for s in spec.special_points]
-            sp = [dt(v) for v in sp if v is not None and np.isfinite(v)]
+            sp = [dt(v) for v in acc.special_values(spec, ps) if np.isfinite(v)]
             near = [v + k * np.spacing(v) for v in sp for k in range(-16, 17)]
             x = np.concatenate([sweep, np.array(near, dtype=dt)])
             g = np.linspace(-3.0, 3.0, x.size).astype(dt)
