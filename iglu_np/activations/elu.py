@@ -71,21 +71,15 @@ def elu_dalpha(x, alpha):
     return math.expm1(x)
 
 
-# The bulk of ELU and SELU (x >= -708 float64, -87 float32: exp normal): exp and expm1 of
-# the non-positive side without range handling (the exact kernels, vectorised, clamp and
-# scale twice for every lane, the positive ones included); the same bits (see define's bulk).
-# One znver4 core, forward/backward ns/el: elu float64 1.14-1.18/1.11-1.15 -> 0.97/1.01,
-# float32 0.54/0.52 -> 0.44/0.46; selu float64 1.69-1.75/1.45-1.48 -> 1.30/1.32, float32
+# The bulk of ELU (x >= -700 float64, -80 float32: short of exp_scaled's tail, which
+# elu_dx takes) and SELU (x >= -708 / -87: exp normal): exp and expm1 of the non-positive
+# side without range handling (the exact kernels, vectorised, clamp and scale twice for
+# every lane, the positive ones included); the same bits (see define's bulk). One znver4
+# core, forward/backward ns/el: elu float64 1.14-1.18/1.11-1.15 -> 0.97/1.01, float32
+# 0.54/0.52 -> 0.44/0.46; selu float64 1.69-1.75/1.45-1.48 -> 1.30/1.32, float32
 # 0.78/0.66 -> 0.60/0.62.
 @kernel
-def _exp_bulk_domain(x):
-    T = type(x)
-    return x >= (T(-87.0) if is_f32(x) else T(-708.0)) and x < T(math.inf)
-
-
-@kernel
 def _elu_bulk_domain(x, alpha):
-    # short of exp_scaled's tail (x < -80 float32, -700 float64), which elu_dx takes
     T = type(x)
     return x >= (T(-80.0) if is_f32(x) else T(-700.0)) and x < T(math.inf)
 
@@ -230,7 +224,8 @@ def selu_dx(x):
 
 @kernel
 def _selu_bulk_domain(x):
-    return _exp_bulk_domain(x)
+    T = type(x)
+    return x >= (T(-87.0) if is_f32(x) else T(-708.0)) and x < T(math.inf)
 
 
 @kernel
