@@ -76,11 +76,14 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
     n = 5 * cpu_fast.VBLOCK + 37
     rng = np.random.default_rng(7)
     x0 = (rng.standard_normal(n) * 8).astype(dtype)
-    # blocks 0 and 2 hold one element outside any float domain, block 4 (the partial
-    # last one) one at its end; blocks 1 and 3 stay in the bulk
+    # blocks 0 and 2 hold elements outside any float domain (recomputed alone), block 3
+    # more than FEW (recomputed whole), block 4 (the partial last one) one at its end;
+    # block 1 stays in the bulk
     x0[0] = np.nan
     x0[2 * cpu_fast.VBLOCK + 5] = -np.inf
     x0[2 * cpu_fast.VBLOCK + 6] = -1e4
+    many = 3 * cpu_fast.VBLOCK + 9 + 2 * np.arange(cpu_fast.FEW + 1)
+    x0[many] = np.where(np.arange(many.size) % 2 == 0, -1e4, np.nan)
     x0[-1] = np.inf
     g = rng.standard_normal(n).astype(dtype)
     for params in acc.param_sets(spec, dtype):
@@ -93,11 +96,12 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
                 want = act._ufunc(kind)(*ins, *pv)
             # the l_<kind> loop itself (act.backward may take the fused reduction instead)
             _same(backends.run(act._p, kind, ins, params, None), want)
-            # in place (out = x; out = grad_out for bwd): the domain is read before a block
-            # is written
-            cp = [a.copy() for a in ins]
-            backends.run(act._p, kind, tuple(cp), params, cp[-1])
-            _same(cp[-1], want)
+            # in place (out = x; out = grad_out or x for bwd): the loops' in-place
+            # variants, which read the domain before a block is written
+            for j in range(len(ins)):
+                cp = [a.copy() for a in ins]
+                backends.run(act._p, kind, tuple(cp), params, cp[j])
+                _same(cp[j], want)
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)

@@ -190,6 +190,41 @@ def test_out_and_aliasing(dtype):
         iglu_np.iglu(x, out=np.empty(1000, np.int32))
 
 
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_in_place_calls_take_the_in_place_loops(dtype, layout, threads_never):
+    """out = x or out = grad_out run the loops' in-place variants (given out aliasing an
+    input, LLVM's runtime alias check sends the out= loop to its scalar version: 10x
+    slower), with the out= loop's bits; so do array parameters (the general path)."""
+    a = iglu_np.iglu
+    rng = np.random.default_rng(5)
+    shape = (50, 61)
+    x0 = np.asarray((rng.standard_normal(shape) * 4).astype(dtype), order=layout)
+    g0 = np.asarray(rng.standard_normal(shape).astype(dtype), order=layout)
+    sig = (np.abs(rng.standard_normal(shape)) + 0.2).astype(dtype)
+    ch = np.dtype(dtype).char
+    cases = [
+        ("fwd", 0, lambda x, g: a(x, sigma=0.7, out=x), a(x0, sigma=0.7)),
+        ("bwd", 1, lambda x, g: a.backward(x, g, sigma=0.7, out=g), a.backward(x0, g0, sigma=0.7)),
+        ("bwd", 0, lambda x, g: a.backward(x, g, sigma=0.7, out=x), a.backward(x0, g0, sigma=0.7)),
+        ("fwd", 0, lambda x, g: a(x, sigma=sig, out=x), a(x0, sigma=sig)),
+        ("bwd", 1, lambda x, g: a.backward(x, g, sigma=sig, out=g), a.backward(x0, g0, sigma=sig)),
+    ]
+    for i, (kind, j, call, want) in enumerate(cases):
+        cpu_fast.plans.clear()
+        cpu_fast._kernels.clear()
+        x, g = x0.copy(order="K"), g0.copy(order="K")
+        r = call(x, g)
+        assert r is (x, g)[j]
+        _same(r, want)
+        if i < 3:
+            assert (a.name, kind, ch, j) in cpu_fast.plans, (kind, j)
+            assert (a.name, kind, ch, None) not in cpu_fast.plans
+        else:
+            assert (a.name, kind, False, j) in cpu_fast._kernels, (kind, j)
+            assert (a.name, kind, False, None) not in cpu_fast._kernels
+
+
 def test_nd_shapes_and_params_as_numpy_scalars():
     x = np.linspace(-5, 5, 2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
     r = iglu_np.iglu(x, sigma=np.float64(0.3))
@@ -205,7 +240,7 @@ def test_small_calls_are_tiered():
     old = cpu_backend.MIN_SIZE
     cpu_backend.set_min_size(1 << 20)
     try:
-        key = ("iglu", "dx", "f")
+        key = ("iglu", "dx", "f", None)
         cpu_fast.plans.pop(key, None)
         cpu_backend._calls.pop(key, None)
         x = np.linspace(-50, 50, 301).astype(np.float32)

@@ -162,8 +162,9 @@ def loop_stats(lines: list) -> dict:
     return {"packed": best_packed, "simd": vec_loops > 0, "calls": sorted(ext)}
 
 
-def simd_report(name: str, kind: str, dtype) -> dict:
-    """Whether the fast-path loops of ``kind`` vectorise, from the compiled assembly.
+def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
+    """Whether the fast-path loops of ``kind`` vectorise, from the compiled assembly
+    (``alias = j``: of its in-place variant writing to input j).
 
     Inspects ``l_<kind>``, the element loop that the single-thread path and every prange
     block of ``k_<kind>`` call, compiled for ``dtype`` with scalar parameters (for the CPU
@@ -186,16 +187,17 @@ def simd_report(name: str, kind: str, dtype) -> dict:
     arr = nbt.Array(nbt_dt, 1, "C")
     spec = REGISTRY[name]
     ins = [arr] * Kind.parse(kind).n_data
-    sig = (*ins, arr, nbt.intp, nbt.intp, *([nbt_dt] * len(spec.param_names)))
+    sig = (*ins, *([arr] if alias is None else []), nbt.intp, nbt.intp,
+           *([nbt_dt] * len(spec.param_names)))
+    fn = "l_" + kind + ("" if alias is None else f"_a{alias}")
     # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
-    loop = numba.njit(cache=False, **cpu_fast._JIT)(
-        getattr(cpu_fast._module(spec), "l_" + kind).py_func)
+    loop = numba.njit(cache=False, **cpu_fast._JIT)(getattr(cpu_fast._module(spec), fn).py_func)
     loop.compile(sig)
     for fname, lines in functions(loop.inspect_asm(sig)).items():
         # skip the Python and C-callable wrappers around the function itself
-        if "l_" + kind in fname and not fname.startswith(("_ZN7cpython", "cfunc.")):
+        if fn in fname and not fname.startswith(("_ZN7cpython", "cfunc.")):
             st = loop_stats(lines)
             break
     else:
-        raise RuntimeError(f"simd_report: no assembly for {name}.l_{kind}")
+        raise RuntimeError(f"simd_report: no assembly for {name}.{fn}")
     return {"simd": st["simd"], "packed": st["packed"], "libm": st["calls"]}

@@ -182,6 +182,7 @@ def fast(act, kind, data, params, out):
                 return None
     else:
         vals = act.defaults
+    alias = None  # out is input j: the loops' in-place variant (see cpu_fast._source)
     if out is None:
         o = np.empty(shape, dt) if order is None else _FAST.empty_like_layout(shape, dt, order)
     else:
@@ -195,15 +196,17 @@ def fast(act, kind, data, params, out):
         # safe; any other overlap (a shifted view) goes to numpy's buffered path. Two
         # arrays that own their memory cannot overlap: skip the 0.5 us may_share_memory
         # for the usual preallocated buffers.
-        for a in (x, g):
-            if a is None or a is out or (out.base is None and a.base is None):
+        for j, a in enumerate((x, g)):
+            if a is None or (out.base is None and a.base is None and a is not out):
                 continue
-            if np.may_share_memory(out, a) and not _same_view(out, a):
+            if a is out or _same_view(out, a):
+                alias = j if alias is None else alias
+            elif np.may_share_memory(out, a):
                 return None
         o = out
     fast = _FAST or _loops()
     n = x.size
-    key = (act.name, kind, dt.char)
+    key = (act.name, kind, dt.char, alias)
     p = fast.plans.get(key)
     if p is None:
         if n < MIN_SIZE:
@@ -215,7 +218,7 @@ def fast(act, kind, data, params, out):
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
                     cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
                 return o
-        p = fast.plan(act.name, kind, dt)
+        p = fast.plan(act.name, kind, dt, alias)
     loop, par_kernel = p
     if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
         x = fast.mem_flat(x, order)
@@ -230,13 +233,15 @@ def fast(act, kind, data, params, out):
     else:
         o1 = o
     ins = (x,) if g is None else (x, g)
+    if alias is None:
+        ins = (*ins, o1)
     if n >= THRESHOLD and fast.numba.get_num_threads() > 1:
         # typed parameters: the dispatcher would type a Python float as float64
         tv = [dt.type(v) for v in vals]
-        fast.launch(par_kernel, n, lambda: par_kernel(*ins, o1, True, *tv),
-                    lambda: loop(*ins, o1, 0, n, *vals), dt.char)
+        fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
+                    lambda: loop(*ins, 0, n, *vals), dt.char)
     else:
-        loop(*ins, o1, 0, n, *vals)
+        loop(*ins, 0, n, *vals)
     return o
 
 
@@ -384,29 +389,32 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         if pv is None:
             return None
         ps.append(pv)
+    alias = None
     if out is None:
         o = fast.empty_like_layout(shape, cdt, order)
     else:
         if out.dtype != cdt or out.shape != shape or fast.mem_flat(out, order) is None:
             return None
-        # Exact aliasing (out is x) is safe elementwise; partial overlap is left to numpy,
-        # which buffers it.
-        for a in vals[:n_data]:
-            if a is not out and np.may_share_memory(a, out) and (
-                a.__array_interface__["data"][0] != out.__array_interface__["data"][0]
-            ):
+        # Exact aliasing (out is x) is safe elementwise (the in-place loops run it);
+        # partial overlap is left to numpy, which buffers it.
+        for j, a in enumerate(vals[:n_data]):
+            if a is out or (np.may_share_memory(a, out) and (
+                    a.__array_interface__["data"][0] == out.__array_interface__["data"][0])):
+                alias = j if alias is None else alias
+            elif np.may_share_memory(a, out):
                 return None
         for p in ps:
             if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
                 return None
         o = out
-    of = fast.mem_flat(o, order)
+    if alias is None:
+        ins.append(fast.mem_flat(o, order))
     if _parallel(xf.size):
-        k = fast.kernel(act.name, kind, True)
-        fast.launch(k, xf.size, lambda: k(*ins, of, True, *ps),
-                    lambda: fast.kernel(act.name, kind, False)(*ins, of, False, *ps), xf.dtype.char)
+        k = fast.kernel(act.name, kind, True, alias)
+        fast.launch(k, xf.size, lambda: k(*ins, True, *ps),
+                    lambda: fast.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
     else:
-        fast.kernel(act.name, kind, False)(*ins, of, False, *ps)
+        fast.kernel(act.name, kind, False, alias)(*ins, False, *ps)
     return o
 
 

@@ -7,7 +7,9 @@ thread. For contiguous float32/float64 operands (C, Fortran, any transpose of th
 :func:`axis_order`) the CPU backend (:mod:`iglu_np.backends.cpu_backend`, which decides
 when) calls the loops built here instead: an ``@njit`` loop over the flat memory, or its
 ``@njit(parallel=True)`` block version (the result has ``x``'s layout, as a numpy ufunc's
-with ``order='K'``). The loop body is the *same* compiled scalar kernel the ufunc calls
+with ``order='K'``); ``out=x`` and ``out=grad_out`` take in-place variants of each loop,
+which LLVM vectorises without a runtime alias check (that check sends ``out[i] = f(x[i])``
+with out aliasing x to its scalar copy). The loop body is the *same* compiled scalar kernel the ufunc calls
 (rebound with vectorisable math, no fastmath), so the loops and ``.ufunc`` agree bit for
 bit, and a threaded run agrees bit for bit with a single-thread one (elementwise work has
 no order). The backend runs arrays of at least ``cpu_backend.THRESHOLD`` elements on
@@ -61,6 +63,10 @@ RBLOCK = 1 << 12
 # Elements per bulk/exact decision (spec.bulk): L1-resident between the domain check and
 # the computation.
 VBLOCK = 256
+# Elements outside the domain per VBLOCK mended alone (more: the whole VBLOCK), and
+# elements per check inside such a VBLOCK.
+FEW = 16
+CHUNK = 16
 
 
 # --------------------------------------------------------------------------- cache
@@ -127,6 +133,13 @@ def _ov_zero(a):
 
 
 @numba.njit(inline="always", cache=_CACHE, **_JIT)
+def _same(a, b):
+    """The two flat views start at the same address (the backend passes out either
+    exactly aliasing an input or not overlapping it)."""
+    return a.ctypes.data == b.ctypes.data
+
+
+@numba.njit(inline="always", cache=_CACHE, **_JIT)
 def _lanesum(buf, m):
     # Eight interleaved sums in a fixed order: SLP/loop vectorisable without fastmath,
     # and the same result on every run and thread count.
@@ -165,55 +178,130 @@ def _expr(spec, ins: str, fn: str, sfx: str = "", pv: str = "p") -> str:
     return f"g{sfx}[i] * {call}" if ins == "x, g" else call
 
 
-def _bulk_body(spec, ins: str, key: str) -> str:
-    """The element loop of a kind with a bulk kernel: where the spec's ``bulk_domain``
-    holds for the whole range (at most :data:`BLOCK` elements: ``k_`` calls it in such
-    chunks), one loop of the bulk kernel (``_b_<key>``, the same bits there); else blocks
-    of :data:`VBLOCK`, each wholly inside running the bulk kernel and any other the exact
-    one. The domain is checked before anything is written, so ``out`` may be ``x``."""
+def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
+    """The element loop of a kind with a bulk kernel (at most :data:`BLOCK` elements:
+    ``k_`` calls it in such chunks), writing to ``o``: ``out``, or an input for the
+    in-place variants. Where ``out`` is not an input, one loop runs the bulk kernel
+    (``_b_<key>``, the same bits inside the spec's ``bulk_domain``) and checks the domain
+    as it goes; if an element was outside, each :data:`VBLOCK` holding up to :data:`FEW`
+    such elements has them recomputed by the exact kernel, one with more the whole
+    VBLOCK. In place the domain is checked before anything is written: one bulk loop if
+    everything is inside, else per VBLOCK the bulk kernel, the exact one, or (up to FEW
+    elements outside) per :data:`CHUNK` either. No allocations: a call in the function
+    would sit inside its loops for tools/x86_asm.py."""
     ps = list(spec.param_names)
-    arrs = ins.split(", ") + ["out"]
-    views = "".join(f"        {a}b = {a}[s:e]\n" for a in arrs)
-    views += "".join(f"        q_{p} = _sl(p_{p}, s, e)\n" for p in ps)
+    ins_l = ins.split(", ")
+    arrs = ins_l + ([o] if o not in ins_l else [])
+
+    def views(ind):
+        return ("".join(f"{ind}{a}b = {a}[s:e]\n" for a in arrs)
+                + "".join(f"{ind}q_{p} = _sl(p_{p}, s, e)\n" for p in ps))
+
+    def cviews(ind):
+        return ("".join(f"{ind}{a}c = {a}b[t:te]\n" for a in arrs)
+                + "".join(f"{ind}r_{p} = _sl(q_{p}, t, te)\n" for p in ps))
+
     at = _ats(spec, "q")
+    atc = _ats(spec, "r")
     expr = _expr(spec, ins, _fn(key))
     exact = _expr(spec, ins, _fn(key), "b", "q")
+    exact_c = _expr(spec, ins, _fn(key), "c", "r")
     fast = _expr(spec, ins, "_b_" + key, "b", "q")
+    fast_c = _expr(spec, ins, "_b_" + key, "c", "r")
     at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
     at_all = _ats(spec)
     fast_all = _expr(spec, ins, "_b_" + key)
-    return (
-        f"    n = out.size\n"
+    head = (
+        f"    n = {o}.size\n"
         # 0 (with the first element's parameters) is in every domain that is not empty for
         # the dtype and these parameters: else one plain loop (softplus with beta != 1; an
         # empty domain ran 5% slower in blocks) and no checks.
-        f"    if n == 0 or not _b_domain(_zero(out){at0}):\n"
+        f"    if n == 0 or not _b_domain(_zero({o}){at0}):\n"
         f"        for i in range(n):\n"
-        f"            out[i] = {expr}\n"
+        f"            {o}[i] = {expr}\n"
         f"        return\n"
-        # The whole range first (at most BLOCK elements, so the second read hits the cache):
-        # one plain bulk loop where everything is inside, the usual case. Blocks of VBLOCK
-        # with a loop per block cost ~10% (gelu float32 0.87 vs 0.77 ns/el on one thread:
-        # block overhead and constants rematerialised in the nested loop).
+    )
+
+    def count(ind):
+        return (f"{ind}c = 0\n"
+                f"{ind}for i in range(xb.size):\n"
+                f"{ind}    c += 0 if _b_domain(xb[i]{at}) else 1\n")
+
+    fused = "" if o != "out" else (
+        # out aliasing an input reaches l_<kind> only from callers that do not choose the
+        # in-place variant (correct there, and slow: see _source)
+        f"    if not ({' or '.join(f'_same(out, {a})' for a in ins_l)}):\n"
+        # The check inside the bulk loop (one more vcmp in it) instead of a pass of its
+        # own before it: one thread, 32,768 elements, gelu float32 26.6 -> 25.2 us.
+        f"        ok = True\n"
+        f"        for i in range(n):\n"
+        f"            ok &= _b_domain(x[i]{at_all})\n"
+        f"            out[i] = {fast_all}\n"
+        f"        if ok:\n"
+        f"            return\n"
+        # Mending (x is intact): the exact kernel on the elements outside alone, found
+        # per CHUNK. It had run on every VBLOCK holding one: gelu float32 with 128 such
+        # VBLOCKs (one element each) 108 -> 45 us, one 29.3 -> 27.4.
+        f"        for s in range(0, n, VBLOCK):\n"
+        f"            e = min(s + VBLOCK, n)\n"
+        f"{views('            ')}"
+        f"{count('            ')}"
+        f"            if c == 0:\n"
+        f"                continue\n"
+        f"            if c > FEW:\n"
+        f"                for i in range(outb.size):\n"
+        f"                    outb[i] = {exact}\n"
+        f"                continue\n"
+        f"            for t in range(0, outb.size, CHUNK):\n"
+        f"                te = min(t + CHUNK, outb.size)\n"
+        f"{cviews('                ')}"
+        f"                ok = True\n"
+        f"                for i in range(xc.size):\n"
+        f"                    ok &= _b_domain(xc[i]{atc})\n"
+        f"                if ok:\n"
+        f"                    continue\n"
+        f"                for i in range(xc.size):\n"
+        f"                    if not _b_domain(xc[i]{atc}):\n"
+        f"                        outc[i] = {exact_c}\n"
+        f"        return\n"
+    )
+    return head + fused + (
+        # In place: the whole range first (at most BLOCK elements, so the second read hits
+        # the cache): one plain bulk loop where everything is inside, the usual case.
+        # Blocks of VBLOCK with a loop per block cost ~10% (gelu float32 0.87 vs 0.77
+        # ns/el on one thread: block overhead and constants rematerialised in the nested
+        # loop).
         f"    ok = True\n"
         f"    for i in range(n):\n"
         f"        ok &= _b_domain(x[i]{at_all})\n"
         f"    if ok:\n"
         f"        for i in range(n):\n"
-        f"            out[i] = {fast_all}\n"
+        f"            {o}[i] = {fast_all}\n"
         f"        return\n"
         f"    for s in range(0, n, VBLOCK):\n"
         f"        e = min(s + VBLOCK, n)\n"
-        f"{views}"
-        f"        ok = True\n"
-        f"        for i in range(outb.size):\n"
-        f"            ok &= _b_domain(xb[i]{at})\n"
-        f"        if ok:\n"
-        f"            for i in range(outb.size):\n"
-        f"                outb[i] = {fast}\n"
-        f"        else:\n"
-        f"            for i in range(outb.size):\n"
-        f"                outb[i] = {exact}\n"
+        f"{views('        ')}"
+        f"{count('        ')}"
+        f"        if c == 0:\n"
+        f"            for i in range({o}b.size):\n"
+        f"                {o}b[i] = {fast}\n"
+        f"            continue\n"
+        f"        if c > FEW:\n"
+        f"            for i in range({o}b.size):\n"
+        f"                {o}b[i] = {exact}\n"
+        f"            continue\n"
+        f"        for t in range(0, {o}b.size, CHUNK):\n"
+        f"            te = min(t + CHUNK, {o}b.size)\n"
+        f"{cviews('            ')}"
+        f"            ok = True\n"
+        f"            for i in range(xc.size):\n"
+        f"                ok &= _b_domain(xc[i]{atc})\n"
+        f"            if ok:\n"
+        f"                for i in range(xc.size):\n"
+        f"                    {o}c[i] = {fast_c}\n"
+        f"            else:\n"
+        f"                for i in range(xc.size):\n"
+        f"                    {o}c[i] = {exact_c}\n"
     )
 
 
@@ -231,34 +319,40 @@ def _source(spec) -> str:
     out = [f"# generated by iglu_np.backends.cpu_fast from the spec {spec.name!r}; do not edit\n"]
     for kind, (ins, key) in calls.items():
         expr = _expr(spec, ins, _fn(key))
+        ins_l = ins.split(", ")
         # The element loop is one function (l_<kind>) that both the single-thread path
         # and every prange block call: one hot loop to vectorise and to inspect
         # (tools/x86_asm.py, simd_report), compiled without the parfor machinery around it.
-        # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
-        # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
-        sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins.split(", ") + ["out"])
-        sl += "".join(f"    p_{p} = _sl(p_{p}, lo, hi)\n" for p in ps)
-        body = (f"    for i in range(out.size):\n"
-                f"        out[i] = {expr}\n")
-        if key in spec.bulk:
-            body = _bulk_body(spec, ins, key)
-        out.append(
-            f"def l_{kind}({ins}, out, lo, hi{pa}):\n"
-            f"{sl}"
-            f"{body}\n"
-            f"def k_{kind}({ins}, out, par{pa}):\n"
-            f"    n = x.size\n"
-            f"    if par:\n"
-            f"        nb = (n + BLOCK - 1) // BLOCK\n"
-            f"        for b in prange(nb):\n"
-            f"            lo = b * BLOCK\n"
-            f"            l_{kind}({ins}, out, lo, min(lo + BLOCK, n){pa})\n"
-            f"    else:\n"
-            + (f"        for lo in range(0, n, BLOCK):\n"
-               f"            l_{kind}({ins}, out, lo, min(lo + BLOCK, n){pa})\n"
-               if key in spec.bulk else
-               f"        l_{kind}({ins}, out, 0, n{pa})\n")
-        )
+        # l_<kind>_a<j> is the in-place variant writing to input j (out = x, or out =
+        # grad_out): given out aliasing an input, LLVM's runtime alias check sends
+        # l_<kind> to its scalar loop (gelu float32 out=x: 9.6 ns/el against 0.86).
+        for j, o in [(None, "out"), *enumerate(ins_l)]:
+            sfx, oarg = ("", ", out") if j is None else (f"_a{j}", "")
+            # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
+            # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
+            sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins_l + ["out"] * (j is None))
+            sl += "".join(f"    p_{p} = _sl(p_{p}, lo, hi)\n" for p in ps)
+            body = (f"    for i in range({o}.size):\n"
+                    f"        {o}[i] = {expr}\n")
+            if key in spec.bulk:
+                body = _bulk_body(spec, ins, key, o)
+            out.append(
+                f"def l_{kind}{sfx}({ins}{oarg}, lo, hi{pa}):\n"
+                f"{sl}"
+                f"{body}\n"
+                f"def k_{kind}{sfx}({ins}{oarg}, par{pa}):\n"
+                f"    n = x.size\n"
+                f"    if par:\n"
+                f"        nb = (n + BLOCK - 1) // BLOCK\n"
+                f"        for b in prange(nb):\n"
+                f"            lo = b * BLOCK\n"
+                f"            l_{kind}{sfx}({ins}{oarg}, lo, min(lo + BLOCK, n){pa})\n"
+                f"    else:\n"
+                + (f"        for lo in range(0, n, BLOCK):\n"
+                   f"            l_{kind}{sfx}({ins}{oarg}, lo, min(lo + BLOCK, n){pa})\n"
+                   if key in spec.bulk else
+                   f"        l_{kind}{sfx}({ins}{oarg}, 0, n{pa})\n")
+            )
     for p in ps:
         expr = _expr(spec, "x, g", _fn(p))
         out.append(
@@ -333,14 +427,15 @@ def _module(spec):
         mod.__file__ = str(path)
         ns = mod.__dict__
         ns.update(np=np, prange=numba.prange, _at=_at, _sl=_sl, _zero=_zero, _lanesum=_lanesum, BLOCK=BLOCK,
-                  RBLOCK=RBLOCK, VBLOCK=VBLOCK, _f=scalar["_f"], _dx=scalar["_dx"])
+                  RBLOCK=RBLOCK, VBLOCK=VBLOCK, FEW=FEW, CHUNK=CHUNK, _same=_same, _f=scalar["_f"], _dx=scalar["_dx"])
         ns.update({k: v for k, v in scalar.items() if k.startswith("_b_")})
         for p in spec.param_names:
             ns["_d_" + p] = scalar["_d_" + p]
         sys.modules[modname] = mod
         exec(compile(src, str(path), "exec"), ns)
         for kind in cpu.kernel_kinds(spec):
-            ns["l_" + kind] = _njit(ns["l_" + kind])
+            for sfx in ["", *(f"_a{j}" for j in range(Kind.parse(kind).n_data))]:
+                ns[f"l_{kind}{sfx}"] = _njit(ns[f"l_{kind}{sfx}"])
         for p in spec.param_names:
             ns[f"_blk_{p}"] = _njit(ns[f"_blk_{p}"], inline="always")
         if spec.param_names:
@@ -349,46 +444,50 @@ def _module(spec):
         return mod
 
 
-def kernel(name: str, kind: str, parallel: bool = True):
+def kernel(name: str, kind: str, parallel: bool = True, alias=None):
     """The njit loop kernel ``k_<kind>(x[, g], out, par, *params)`` or, for
     ``kind = "r_<param>"``, the block reduction ``r_<param>(x, g, part, par, *params)``,
     or for ``kind = "r_all"`` the fused backward ``r_all(x, g, out, part, par, *params)``
-    (part of shape (n_params, n_blocks)).
+    (part of shape (n_params, n_blocks)). ``alias = j`` gives the in-place variant
+    ``k_<kind>_a<j>(x[, g], par, *params)`` that writes to input j (0: x, 1: g).
 
     ``parallel=False`` gives the single-thread build of the same function (``prange`` is
     ``range``; call it with ``par=False``): compiling the parfor version costs several
     times more, so it is only built once an array reaches ``cpu_backend.THRESHOLD`` elements."""
-    key = (name, kind, parallel)
+    key = (name, kind, parallel, alias)
     k = _kernels.get(key)
     if k is None:
         mod = _module(REGISTRY[name])
-        fn = getattr(mod, kind if kind.startswith("r_") else "k_" + kind)  # r_<p>, r_all
+        sfx = "" if alias is None else f"_a{alias}"
+        fn = getattr(mod, kind if kind.startswith("r_") else f"k_{kind}{sfx}")  # r_<p>, r_all
         k = _njit(fn, parallel=parallel)
         _kernels[key] = k
     return k
 
 
 # --------------------------------------------------------------------------- plans
-#: (name, kind, dtype char) -> (loop, kernel) built by :func:`plan`, the backend's one
-#: cache of them (a hit is what makes a call warm).
+#: (name, kind, dtype char, alias) -> (loop, kernel) built by :func:`plan`, the backend's
+#: one cache of them (a hit is what makes a call warm).
 plans: dict = {}
 
 
-def plan(name: str, kind: str, dt: np.dtype):
+def plan(name: str, kind: str, dt: np.dtype, alias=None):
     """``(loop, kernel)`` for ``kind`` on 1-D C-contiguous arrays of ``dt`` with scalar
     parameters: ``loop`` is the compiled entry point of ``l_<kind>(x[, g], out, lo, hi,
     *params)`` (no type dispatch: ~0.2 us cheaper per call than the dispatcher) and
-    ``kernel`` the ``k_<kind>`` dispatcher for threaded runs. The caller guarantees the
+    ``kernel`` the ``k_<kind>`` dispatcher for threaded runs; with ``alias = j`` the
+    in-place variants, without ``out`` (see :func:`kernel`). The caller guarantees the
     argument types; parameters may be Python floats or numpy scalars."""
-    key = (name, kind, dt.char)
+    key = (name, kind, dt.char, alias)
     p = plans.get(key)
     if p is None:
         spec = REGISTRY[name]
         t = numba.from_dtype(dt)
         arr = nbt.Array(t, 1, "C")
         ins = (arr,) * Kind.parse(kind).n_data
-        sig = (*ins, arr, nbt.intp, nbt.intp, *([t] * len(spec.param_names)))
-        loop = getattr(_module(spec), "l_" + kind)
+        sig = (*ins, *((arr,) if alias is None else ()), nbt.intp, nbt.intp,
+               *([t] * len(spec.param_names)))
+        loop = getattr(_module(spec), "l_" + kind + ("" if alias is None else f"_a{alias}"))
         loop.compile(sig)
         cres = loop.overloads.get(sig)
         if cres is None:
@@ -399,7 +498,7 @@ def plan(name: str, kind: str, dt: np.dtype):
             loop._cache = NullCache()
             loop.compile(sig)
             cres = loop.overloads[sig]
-        p = plans[key] = (cres.entry_point, kernel(name, kind))
+        p = plans[key] = (cres.entry_point, kernel(name, kind, alias=alias))
     return p
 
 
