@@ -42,7 +42,7 @@ SEED = 20260301
 # "backward_params" and "backward_all" are required of activations with parameters only.
 ASPECTS = (
     "forward", "dx", "backward", "backward_params", "backward_all", "overhead", "peakmem",
-    "temporaries", "copy_ratio", "accuracy", "trainer",
+    "temporaries", "copy_ratio", "accuracy", "trainer", "in_place",
 )
 PARAM_ONLY = ("backward_params", "backward_all")
 REGISTRY_DRIVEN: list = []

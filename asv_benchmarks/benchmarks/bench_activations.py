@@ -53,7 +53,8 @@ class _Throughput:
         dev = Device(backend)
         self.act, self.dev = act, dev
         x = make_x(act, dtype, size)
-        g = make_grad(dtype, size) if self.kind in ("bwd", "backward_params", "backward_all") else None
+        g = (make_grad(dtype, size)
+             if self.kind in ("bwd", "backward_params", "backward_all", "bwd_in_place") else None)
         self.x = dev.to(x)
         self.g = dev.to(g) if g is not None else None
         self.out = dev.to(np.empty_like(x)) if self.kind != "backward_params" else None
@@ -80,6 +81,10 @@ class _Throughput:
             return lambda: act.backward(x, g, **okw)
         if self.kind == "backward_all":
             return lambda: act.backward_all(x, g, **okw)
+        if self.kind == "fwd_in_place":
+            return lambda: (np.copyto(out, x), act(out, out=out, **kw))
+        if self.kind == "bwd_in_place":
+            return lambda: (np.copyto(out, g), act.backward(x, out, out=out, **kw))
         return lambda: act.backward_params(x, g, **kw)
 
     def run(self):
@@ -136,6 +141,31 @@ class BackwardAll(_Throughput):
     kind = "backward_all"
 
     def time_backward_all(self, name, dtype, size, backend):
+        self.run()
+
+
+@registry_driven("in_place")
+class ForwardInPlace(_Throughput):
+    """``act(x, out=x)`` on a copy refreshed inside the timed call (an ``np.copyto`` of the
+    kept input, the same cost at every commit, so every call sees the same data): until
+    the loops had in-place variants, out aliasing an input ran the scalar copy of every
+    loop, 10-16x slower than out= a separate array."""
+
+    params = (NAMES, DTYPES, (10_000, 1_000_000), CPU_BACKENDS)
+    kind = "fwd_in_place"
+
+    def time_forward_in_place(self, name, dtype, size, backend):
+        self.run()
+
+
+@registry_driven("in_place")
+class BackwardInPlace(_Throughput):
+    """``act.backward(x, g, out=g)`` (what a training step may write), as ForwardInPlace."""
+
+    params = (NAMES, DTYPES, (10_000, 1_000_000), CPU_BACKENDS)
+    kind = "bwd_in_place"
+
+    def time_backward_in_place(self, name, dtype, size, backend):
         self.run()
 
 
