@@ -192,10 +192,13 @@ def test_out_and_aliasing(dtype):
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 @pytest.mark.parametrize("layout", ["C", "F"])
-def test_in_place_calls_take_the_in_place_loops(dtype, layout, threads_never):
+@pytest.mark.parametrize("threads", ["threads_never", "threads_always"])
+def test_in_place_calls_take_the_in_place_loops(dtype, layout, threads, request):
     """out = x or out = grad_out run the loops' in-place variants (given out aliasing an
     input, LLVM's runtime alias check sends the out= loop to its scalar version: 10x
     slower), with the out= loop's bits; so do array parameters (the general path)."""
+    par = threads == "threads_always"
+    request.getfixturevalue(threads)
     a = iglu_np.iglu
     rng = np.random.default_rng(5)
     shape = (50, 61)
@@ -221,8 +224,8 @@ def test_in_place_calls_take_the_in_place_loops(dtype, layout, threads_never):
             assert (a.name, kind, ch, j) in cpu_fast.plans, (kind, j)
             assert (a.name, kind, ch, None) not in cpu_fast.plans
         else:
-            assert (a.name, kind, False, j) in cpu_fast._kernels, (kind, j)
-            assert (a.name, kind, False, None) not in cpu_fast._kernels
+            assert (a.name, kind, par, j) in cpu_fast._kernels, (kind, j)
+            assert (a.name, kind, par, None) not in cpu_fast._kernels
 
 
 def test_nd_shapes_and_params_as_numpy_scalars():
