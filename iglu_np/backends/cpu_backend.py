@@ -286,6 +286,8 @@ def run(act, kind, data, params, out):
             raise ValueError(f"{act.name}: out= is read-only")
     wdt = widened(cdt, vals[len(data):])
     r = _run_loops(act, kind, vals, cdt, out, len(data)) if wdt == cdt else None
+    if r is None and wdt == cdt:
+        r = _run_buffered(act, kind, vals, cdt, out, len(data))
     if r is None:
         r = _call_ufunc(act, kind, vals, wdt, out)
         if out is None and wdt != cdt:
@@ -416,6 +418,54 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     else:
         fast.kernel(act.name, kind, False, alias)(*ins, False, *ps)
     return o
+
+
+# Elements per chunk of _run_buffered: numpy's buffers, and one loop call per chunk.
+BUFFER = 1 << 16
+
+
+def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
+    """Operands the loops cannot take in place (strided or reversed x, a grad_out that
+    broadcasts, an out= laid out unlike x, overlap) but of one float dtype with scalar
+    parameters: numpy's buffered iterator hands the single-thread loop contiguous chunks
+    (copies where needed, numpy's own overlap handling and result layout), instead of the
+    ufunc's scalar loop. One thread, 2^20 float32, iglu: x[::-1, ::-1] 11.4 -> 0.95 ns/el,
+    x[:, ::2] 5.7 -> 0.46 (per element of the half), backward with grad_out a row or a 0-d
+    array 9.4-9.6 -> 0.81-0.85, out= in Fortran order for a C-ordered x 22 -> 8.8 (numpy's
+    transposing copy). Single-threaded. None where it does not apply."""
+    if cdt != _F32 and cdt != _F64:
+        return None
+    data = list(vals[:n_data])
+    for i, d in enumerate(data):
+        if isinstance(d, np.generic) and d.dtype == cdt:
+            data[i] = d = np.asarray(d)
+        if type(d) is not np.ndarray or d.dtype != cdt:
+            return None
+    x = data[0]
+    if x.ndim == 0 or x.size < MIN_SIZE:
+        return None
+    ps = []
+    for v in vals[n_data:]:
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            return None
+        ps.append(_param(v, cdt, ()))
+    if out is not None and (out.dtype != cdt or out.shape != np.broadcast_shapes(*(d.shape for d in data))):
+        return None  # the ufunc's errors and casting rules
+    fast = _FAST or _loops()
+    loop = fast.plan(act.name, kind, cdt)[0]
+    it = np.nditer(
+        [*data, out],
+        flags=["external_loop", "buffered", "zerosize_ok", "copy_if_overlap"],
+        op_flags=[["readonly", "contig", "aligned"]] * n_data
+        + [["writeonly", "allocate", "no_broadcast", "contig", "aligned"]],
+        order="K", buffersize=BUFFER)
+    with it:
+        for ch in it:
+            if all(c.flags.c_contiguous for c in ch):  # what "contig" promises
+                loop(*ch, 0, ch[0].size, *ps)
+            else:
+                _call_ufunc(act, kind, [*ch[:-1], *ps], cdt, ch[-1])
+        return it.operands[-1]
 
 
 def _reduction_operands(vals: list, cdt):
