@@ -446,9 +446,10 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         return None
     ps = []
     for v in vals[n_data:]:
-        if isinstance(v, np.ndarray) and v.ndim > 0:
+        pv = None if isinstance(v, np.ndarray) and v.ndim > 0 else _param(v, cdt, ())
+        if pv is None:
             return None
-        ps.append(_param(v, cdt, ()))
+        ps.append(pv)
     if out is not None and (out.dtype != cdt or out.shape != np.broadcast_shapes(*(d.shape for d in data))):
         return None  # the ufunc's errors and casting rules
     fast = _FAST or _loops()
