@@ -51,7 +51,7 @@ def _same(a, b):
     a, b = np.asarray(a), np.asarray(b)
     assert a.dtype == b.dtype and a.shape == b.shape
     a, b = np.atleast_1d(a), np.atleast_1d(b)
-    it = np.uint32 if a.dtype == np.float32 else np.uint64
+    it = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     # identical bits (so +0/-0 differ), except any NaN payload
     diff = (a.view(it) != b.view(it)) & ~(np.isnan(a) & np.isnan(b))
     assert not diff.any(), f"first mismatch at {np.argwhere(diff)[0]}: {a[diff][:3]} vs {b[diff][:3]}"
@@ -167,9 +167,9 @@ def test_layouts_outside_the_fast_path(dtype):
 def test_strided_broadcast_and_mismatched_out_take_the_loops_through_buffers(dtype, threads,
                                                                             request, no_ufunc):
     """Operands the loops cannot run over in place (strided or reversed x, a grad_out that
-    broadcasts, out= laid out unlike x, partial overlap): numpy's buffered iterator feeds
-    them the loops in contiguous chunks (no ufunc call: no_ufunc), with the ufunc's bits,
-    result layout and overlap semantics."""
+    broadcasts, out= laid out unlike x, partial overlap, float16 or mixed float dtypes):
+    numpy's buffered iterator feeds them the loops in contiguous chunks (no ufunc call:
+    no_ufunc), with the ufunc's bits, dtype, result layout and overlap semantics."""
     request.getfixturevalue(threads)
     rng = np.random.default_rng(4)
     base = (rng.standard_normal((300, 70)) * 4).astype(dtype)
@@ -189,6 +189,17 @@ def test_strided_broadcast_and_mismatched_out_take_the_loops_through_buffers(dty
             (lambda: a(base, sigma=0.5, out=np.empty(base.shape, dtype, order="F")),
              u(base, s, out=np.empty(base.shape, dtype, order="F"))),
         ]
+        if dtype == np.float32:  # float16 in: cast in the buffers, computed in float32
+            h = base.astype(np.float16)
+            cases += [
+                (lambda: a(h, sigma=0.5), u(h.astype(dtype), s).astype(np.float16)),
+                (lambda: a(h, sigma=0.5, out=np.empty_like(h)), u(h.astype(dtype), s).astype(np.float16)),
+                (lambda: a.backward(h, base, sigma=0.5), ub(h.astype(dtype), base, s)),
+            ]
+        else:  # float32 beside float64: computed in float64
+            f = base.astype(np.float32)
+            cases += [(lambda: a.backward(base, f, sigma=0.5), ub(base, f.astype(dtype), s)),
+                      (lambda: a.dx(f[::2], sigma=np.float64(0.5)), a.dx.ufunc(f[::2], np.float32(0.5)))]
     for call, want in cases:
         got = call()
         _same(got, want)
