@@ -211,12 +211,16 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
     at_all = _ats(spec)
     fast_all = _expr(spec, ins, "_b_" + key)
+    # out aliasing an input reaches l_<kind> only from callers that do not choose the
+    # in-place variant: the plain exact loop, correct there (and as slow as LLVM's alias
+    # check makes any loop), not a third copy of the kernels to compile
+    aliased = "" if o != "out" else "".join(f" or _same(out, {a})" for a in ins_l)
     head = (
         f"    n = {o}.size\n"
         # 0 (with the first element's parameters) is in every domain that is not empty for
         # the dtype and these parameters: else one plain loop (softplus with beta != 1; an
         # empty domain ran 5% slower in blocks) and no checks.
-        f"    if n == 0 or not _b_domain(_zero({o}){at0}):\n"
+        f"    if n == 0 or not _b_domain(_zero({o}){at0}){aliased}:\n"
         f"        for i in range(n):\n"
         f"            {o}[i] = {expr}\n"
         f"        return\n"
@@ -259,27 +263,25 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
             f"{chunk_bad}"
         )
 
-    fused = "" if o != "out" else (
-        # out aliasing an input reaches l_<kind> only from callers that do not choose the
-        # in-place variant (correct there, and slow: see _source)
-        f"    if not ({' or '.join(f'_same(out, {a})' for a in ins_l)}):\n"
-        # The check inside the bulk loop (one more vcmp in it) instead of a pass of its
-        # own before it: one thread, 32,768 elements, gelu float32 26.6 -> 25.2 us. The
-        # store before the check: the other order ran gelu_a float64 6% and tanhshrink
-        # float64's forward up to 25% slower (the same instructions, scheduled worse).
-        f"        ok = True\n"
-        f"        for i in range(n):\n"
-        f"            out[i] = {fast_all}\n"
-        f"            ok &= _b_domain(x[i]{at_all})\n"
-        f"        if ok:\n"
-        f"            return\n"
-        # Mending (x is intact): the exact kernel on the elements outside alone, found
-        # per CHUNK. It had run on every VBLOCK holding one: gelu float32 with 128 such
-        # VBLOCKs (one element each) 108 -> 45 us, one 29.3 -> 27.4.
-        f"{vblocks('        ', True)}"
-        f"        return\n"
-    )
-    return head + fused + (
+    if o == "out":
+        return head + (
+            # The check inside the bulk loop (one more vcmp in it) instead of a pass of
+            # its own before it: one thread, 32,768 elements, gelu float32 26.6 -> 25.2 us.
+            # The store before the check: the other order ran gelu_a float64 6% and
+            # tanhshrink float64's forward up to 25% slower (the same instructions,
+            # scheduled worse).
+            f"    ok = True\n"
+            f"    for i in range(n):\n"
+            f"        out[i] = {fast_all}\n"
+            f"        ok &= _b_domain(x[i]{at_all})\n"
+            f"    if ok:\n"
+            f"        return\n"
+            # Mending (x is intact): the exact kernel on the elements outside alone,
+            # found per CHUNK. It had run on every VBLOCK holding one: gelu float32 with
+            # 128 such VBLOCKs (one element each) 108 -> 45 us, one 29.3 -> 27.4.
+            f"{vblocks('    ', True)}"
+        )
+    return head + (
         # In place: the whole range first (at most BLOCK elements, so the second read hits
         # the cache): one plain bulk loop where everything is inside, the usual case.
         # Blocks of VBLOCK with a loop per block cost ~10% (gelu float32 0.87 vs 0.77
