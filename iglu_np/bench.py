@@ -14,8 +14,9 @@ repeats and printed as a Markdown table:
 with torch on the CPU side by side when torch is installed (never required). The report
 says whether the machine was quiet enough for the figures to describe the code: load
 average, identity against the copy limit, the spread of repeats, a fixed compute-bound call
-timed before the run and after every activation, and each limit measured before and after
-its block (:func:`quiet_check`). A full run takes several minutes; ``--quick`` about 20 s.
+timed before the run and after every activation, each limit measured before and after
+its block, and the busy-machine guard's one-thread fallbacks during the run
+(:func:`quiet_check`). A full run takes several minutes; ``--quick`` about 20 s.
 In Python, :func:`run` returns the data and :func:`markdown` formats it (``iglu-np
 reproduce`` uses both).
 """
@@ -103,12 +104,16 @@ def quiet_check(data) -> dict:
     if cr is not None and cr > CANARY_MAX:
         why.append(f"the CPU's speed varied during the run (a fixed compute-bound call took "
                    f"up to {cr:.2f}x its fastest time; > {CANARY_MAX})")
+    trips = data.get("guard_trips") or 0
+    if trips:
+        why.append(f"threaded calls lost to one thread: the busy-machine guard ran kernels on "
+                   f"one thread for a while ({trips} time{'s' if trips > 1 else ''})")
     drift = max((d for d in map(_drift, data["limits"]) if d is not None), default=None)
     if drift is not None and drift > DRIFT_MAX:
         why.append(f"the memory throughput varied during the run (a copy limit moved "
                    f"{drift:.2f}x between its measurements; > {DRIFT_MAX})")
     return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load,
-            "canary": cr, "drift": drift}
+            "canary": cr, "drift": drift, "guard_trips": trips}
 
 
 def _drift(lim):
@@ -216,6 +221,9 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             if torch:
                 raise
     pcopy, pmul = _limits()
+    from .backends import cpu_fast
+
+    trips0 = cpu_fast.guard_trips
     cc = np.linspace(-5.0, 5.0, _CANARY_N)
     cd = np.empty_like(cc)
     canary = [_canary_time(cc, cd)]
@@ -282,7 +290,7 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     # the 90th percentile of the measurements' spreads: one hiccup does not flag a run
     data = {"machine": m, "rows": rows, "limits": limits,
             "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
-            "canary": canary}
+            "canary": canary, "guard_trips": cpu_fast.guard_trips - trips0}
     data["quiet"] = quiet_check(data)
     return data
 

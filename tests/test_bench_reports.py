@@ -59,6 +59,19 @@ def test_cpu_bench_says_when_the_machine_is_not_quiet():
     assert "identity at 3.00x the copy limit" in q["why"][1]
 
 
+def test_cpu_bench_says_when_the_guard_sent_kernels_to_one_thread():
+    # threaded figures that include one-thread calls describe the machine's load
+    from iglu_np import bench
+
+    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [], "rows": [], "spread": 1.1,
+            "guard_trips": 0}
+    assert bench.quiet_check(data)["quiet"]
+    data["guard_trips"] = 3
+    q = bench.quiet_check(data)
+    assert not q["quiet"] and q["guard_trips"] == 3
+    assert "busy-machine guard" in q["why"][0] and "(3 times)" in q["why"][0]
+
+
 def test_the_gpu_backward_limit_kernel_compiles(nvrtc):
     # the 16-byte-vector x ^ g kernel the GPU bench divides backward times by
     from . import gpu_helpers as H
@@ -90,6 +103,7 @@ def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
 
     data = bench.run(["relu"], sizes=(20_000,), repeats=2, min_time=0.0, torch=False)
     assert len(data["canary"]) == 3 and min(data["canary"]) > 0  # before, identity, relu
+    assert data["guard_trips"] >= 0 and data["quiet"]["guard_trips"] == data["guard_trips"]
     lim = data["limits"][0]
     assert lim["copy"] == min(lim["copy_runs"]) and len(lim["two_in_one_out_runs"]) == 2
     assert "CPU speed" in bench.markdown(data) or "not quiet" in bench.markdown(data)

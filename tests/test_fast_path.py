@@ -486,9 +486,11 @@ def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
         run(0.05)  # loses once: a hiccup
         run(0.002)
         assert log[1:] == ["T", "T", "T"] and not cpu_fast.busy(k, 1000, None)
+        trips = cpu_fast.guard_trips
         run(0.05)
         run(0.05)  # loses twice in a row: contended
         assert cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.2
+        assert cpu_fast.guard_trips == trips + 1  # what iglu-np bench reports
         run(0.002)
         assert log[-1] == "S"  # cooling down: one thread
         time.sleep(0.25)

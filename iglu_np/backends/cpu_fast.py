@@ -550,6 +550,9 @@ _par_threadsafe = False
 # sent float64 silu at 16.8M elements to one thread: 1.2 ns/el against 0.57 threaded.)
 COOL_MIN, COOL_MAX = 0.125, 4.0
 _guard: dict = {}  # (kernel, dtype, size class) -> [single s/element, slow calls, until, period]
+#: cooldowns begun so far (``iglu-np bench`` reports those during its run: its threaded
+#: figures then include one-thread calls)
+guard_trips = 0
 
 
 def _gkey(k, n, dt):
@@ -584,6 +587,8 @@ def launch(k, n, threaded, single, dt=None):
     if (now - t) / max(1, n) > g[0]:  # threading lost to one thread
         g[1] += 1
         if g[1] >= 2 or g[3] > 0.0:  # twice in a row, or the probe after a cooldown
+            global guard_trips
+            guard_trips += 1
             g[3] = COOL_MIN if g[3] == 0.0 else min(2.0 * g[3], COOL_MAX)
             g[2] = now + g[3]
             g[1] = 0
