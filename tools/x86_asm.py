@@ -189,7 +189,7 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
     ins = [arr] * Kind.parse(kind).n_data
     sig = (*ins, *([arr] if alias is None else []), nbt.intp, nbt.intp,
            *([nbt_dt] * len(spec.param_names)))
-    fn = "l_" + kind + ("" if alias is None else f"_a{alias}")
+    fn = f"l_{kind}{cpu_fast.variant(alias)}"
     # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
     loop = numba.njit(cache=False, **cpu_fast._JIT)(getattr(cpu_fast._module(spec), fn).py_func)
     loop.compile(sig)

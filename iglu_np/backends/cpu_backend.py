@@ -400,11 +400,12 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         # Exact aliasing (out is x) is safe elementwise (the in-place loops run it);
         # partial overlap is left to numpy, which buffers it.
         for j, a in enumerate(vals[:n_data]):
-            if a is out or (np.may_share_memory(a, out) and (
-                    a.__array_interface__["data"][0] == out.__array_interface__["data"][0])):
-                alias = j if alias is None else alias
-            elif np.may_share_memory(a, out):
+            if a is not out and not np.may_share_memory(a, out):
+                continue
+            if a is not out and (a.__array_interface__["data"][0]
+                                 != out.__array_interface__["data"][0]):
                 return None
+            alias = j if alias is None else alias
         for p in ps:
             if isinstance(p, np.ndarray) and np.may_share_memory(p, out):
                 return None
@@ -448,7 +449,7 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         return None
     ps = []
     for v in vals[n_data:]:
-        pv = None if isinstance(v, np.ndarray) and v.ndim > 0 else _param(v, cdt, ())
+        pv = _param(v, cdt, ())  # None for an array with dimensions
         if pv is None:
             return None
         ps.append(pv)

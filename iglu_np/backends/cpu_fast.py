@@ -9,11 +9,11 @@ when) calls the loops built here instead: an ``@njit`` loop over the flat memory
 ``@njit(parallel=True)`` block version (the result has ``x``'s layout, as a numpy ufunc's
 with ``order='K'``); ``out=x`` and ``out=grad_out`` take in-place variants of each loop,
 which LLVM vectorises without a runtime alias check (that check sends ``out[i] = f(x[i])``
-with out aliasing x to its scalar copy). The loop body is the *same* compiled scalar kernel the ufunc calls
-(rebound with vectorisable math, no fastmath), so the loops and ``.ufunc`` agree bit for
-bit, and a threaded run agrees bit for bit with a single-thread one (elementwise work has
-no order). The backend runs arrays of at least ``cpu_backend.THRESHOLD`` elements on
-``numba.get_num_threads()`` threads (Numba's settings: ``NUMBA_NUM_THREADS``,
+with out aliasing x to its scalar copy). The loop body is the *same* compiled scalar
+kernel the ufunc calls (rebound with vectorisable math, no fastmath), so the loops and
+``.ufunc`` agree bit for bit, and a threaded run agrees bit for bit with a single-thread
+one (elementwise work has no order). The backend runs arrays of at least
+``cpu_backend.THRESHOLD`` elements on ``numba.get_num_threads()`` threads (Numba's settings: ``NUMBA_NUM_THREADS``,
 ``numba.set_num_threads``) as the busy-machine guard (:func:`launch`) allows; smaller ones
 on the calling thread, where a thread launch would cost more than it saves. Every
 compiled loop releases the GIL (``nogil=True``): Python threads calling activations on
@@ -130,6 +130,12 @@ def _zero(a):
 def _ov_zero(a):
     dt = a.dtype
     return lambda a: dt(0.0)
+
+
+def variant(alias) -> str:
+    """The name suffix of the loops writing to input ``alias`` (0: x, 1: g; None: to
+    ``out``): ``l_<kind><suffix>``, ``k_<kind><suffix>``."""
+    return "" if alias is None else f"_a{alias}"
 
 
 @numba.njit(inline="always", cache=_CACHE, **_JIT)
@@ -320,7 +326,7 @@ def _source(spec) -> str:
         # grad_out): given out aliasing an input, LLVM's runtime alias check sends
         # l_<kind> to its scalar loop (gelu float32 out=x: 9.6 ns/el against 0.86).
         for j, o in [(None, "out"), *enumerate(ins_l)]:
-            sfx, oarg = ("", ", out") if j is None else (f"_a{j}", "")
+            sfx, oarg = variant(j), (", out" if j is None else "")
             # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
             # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
             sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins_l + ["out"] * (j is None))
@@ -427,8 +433,8 @@ def _module(spec):
         sys.modules[modname] = mod
         exec(compile(src, str(path), "exec"), ns)
         for kind in cpu.kernel_kinds(spec):
-            for sfx in ["", *(f"_a{j}" for j in range(Kind.parse(kind).n_data))]:
-                ns[f"l_{kind}{sfx}"] = _njit(ns[f"l_{kind}{sfx}"])
+            for j in (None, *range(Kind.parse(kind).n_data)):
+                ns[f"l_{kind}{variant(j)}"] = _njit(ns[f"l_{kind}{variant(j)}"])
         for p in spec.param_names:
             ns[f"_blk_{p}"] = _njit(ns[f"_blk_{p}"], inline="always")
         if spec.param_names:
@@ -451,8 +457,7 @@ def kernel(name: str, kind: str, parallel: bool = True, alias=None):
     k = _kernels.get(key)
     if k is None:
         mod = _module(REGISTRY[name])
-        sfx = "" if alias is None else f"_a{alias}"
-        fn = getattr(mod, kind if kind.startswith("r_") else f"k_{kind}{sfx}")  # r_<p>, r_all
+        fn = getattr(mod, kind if kind.startswith("r_") else f"k_{kind}{variant(alias)}")  # r_<p>, r_all
         k = _njit(fn, parallel=parallel)
         _kernels[key] = k
     return k
@@ -480,7 +485,7 @@ def plan(name: str, kind: str, dt: np.dtype, alias=None):
         ins = (arr,) * Kind.parse(kind).n_data
         sig = (*ins, *((arr,) if alias is None else ()), nbt.intp, nbt.intp,
                *([t] * len(spec.param_names)))
-        loop = getattr(_module(spec), "l_" + kind + ("" if alias is None else f"_a{alias}"))
+        loop = getattr(_module(spec), f"l_{kind}{variant(alias)}")
         loop.compile(sig)
         cres = loop.overloads.get(sig)
         if cres is None:
