@@ -544,10 +544,12 @@ def _h0(x):
 def _exponent_n(t_hi, t_lo):
     """(y, f): -(t_hi + t_lo)^2 / 2 = y + f, y = -t_hi^2/2 rounded once."""
     T = type(t_hi)
-    s = t_hi * t_hi
-    e = fma(t_hi, t_hi, -s)
-    e = e if t_lo == T(0.0) else e + T(2.0) * t_hi * t_lo  # folded away for GELU's 0
-    return T(-0.5) * s, T(-0.5) * e
+    # -t_hi/2 is exact, so y and the fma's exact remainder f come with one multiply fewer
+    # than squaring and halving both (the same bits; the loops are bound by multiplies).
+    h = T(-0.5) * t_hi
+    y = t_hi * h
+    f = fma(t_hi, h, -y)
+    return y, (f if t_lo == T(0.0) else f - t_hi * t_lo)  # folded away for GELU's 0
 
 
 @kernel
