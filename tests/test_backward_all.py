@@ -76,3 +76,42 @@ def test_two_passes_read_every_operand_before_out_is_written(monkeypatch):
     assert order == ["params", "bwd"]
     np.testing.assert_allclose(gp["sigma"], want, rtol=1e-12)
     np.testing.assert_array_equal(gx, iglu_np.iglu.backward(x, g, sigma=1.5))
+
+
+BULK_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params and set(s.param_names) <= set(s.bulk))
+
+
+@pytest.mark.parametrize("name", BULK_PARAMS)
+def test_reductions_mend_elements_outside_the_bulk_domain(name):
+    """The reductions run the bulk kernels and recompute the elements outside their
+    domain with the exact ones (one by one, per CHUNK): here far tails and infinities
+    sit in several VBLOCKs and CHUNKs of both reduction blocks, alone and in runs. The
+    references are the exact ufuncs (grad_x) and a float64 sum of grad_out times the
+    exact elementwise derivative (the gradients), not the fused loops themselves."""
+    act = iglu_np.get(name)
+    spec = REGISTRY[name]
+    rng = np.random.default_rng(3)
+    n = 20000  # > RBLOCK: two reduction blocks and a partial one
+    for dt in (np.float32, np.float64):
+        x = (rng.standard_normal(n) * 4).astype(dt)
+        far = np.array([-1e30, 1e30, -np.inf, np.inf, -60.0, 40.0, -700.0, 1e4], dtype=dt)
+        pos = np.r_[5, 17, 18, 19, 300, 4095, 4096, 4100, 9000, 9001, 9016, 12288, 19999]
+        pos = np.r_[pos, np.arange(600, 600 + 20)]  # a run: more than FEW in a VBLOCK
+        x[pos] = far[np.arange(pos.size) % far.size]
+        g = rng.standard_normal(n).astype(dt)
+        params = {p: spec.defaults[p] for p in spec.param_names}
+        gx, gp = act.backward_all(x, g, **params)
+        with np.errstate(all="ignore"):
+            want_x = g * act._ufunc("dx")(x, *[dt(v) for v in params.values()])
+        assert np.array_equal(gx, want_x, equal_nan=True), name
+        bp = act.backward_params(x, g, **params)
+        for p in spec.param_names:
+            with np.errstate(all="ignore"):
+                d = act._ufunc("d_" + p)(x, *[dt(v) for v in params.values()])
+                terms = (g * d).astype(np.float64)
+            want = terms.sum()
+            tol = 1e-6 * np.abs(terms).sum() + 1e-300
+            assert gp[p] == bp[p], (name, p, gp[p], bp[p])
+            assert np.isfinite(want) == np.isfinite(float(gp[p])), (name, p, gp[p], want)
+            if np.isfinite(want):
+                assert abs(float(gp[p]) - want) <= tol, (name, p, dt, float(gp[p]), want)
