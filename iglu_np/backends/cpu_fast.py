@@ -314,17 +314,22 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     )
 
 
-def _reduce_bulk(spec, outs) -> str:
-    """The element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at most
-    :data:`RBLOCK` elements, scalar parameters) where every kernel it needs has a bulk
-    form: ``outs`` pairs a buffer with a spec key, ``buf[i] = g[i] * kernel(x[i])``. One
-    loop of the bulk kernels checks the domain as it goes; elements outside it are then
+def _reduce_loop(spec, outs) -> str:
+    """An element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at most
+    :data:`RBLOCK` elements, scalar parameters): ``outs`` pairs buffers with spec keys,
+    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none. With them, one loop
+    of the bulk kernels checks the domain as it goes and elements outside are then
     recomputed by the exact kernels (the same bits as the exact loop: the bulk kernels
-    are the exact ones inside the domain). The exact kernels branch, so the exact loop
-    stayed scalar: one thread, 2^18 elements of N(0, 9), backward_all 6.0 -> 3.5 ns/el
-    (gelu_a float32, a = 1.5: 0.5% outside), 12.6 -> 6.2 (float64), elu 2.0 -> 0.95 and
-    3.2 -> 1.5; backward_params: elu 1.15 -> 0.80 and 1.54 -> 1.34."""
+    are the exact ones inside the domain). The exact kernels branch, so their loop
+    stayed scalar: one thread, 2^18 elements of N(0, 9), backward_all gelu_a float32 (a
+    = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 ->
+    1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
     at = _ats(spec)
+    if not all(k in spec.bulk for _, k in outs):
+        return ("    for i in range(x.size):\n"
+                "        xi = x[i]\n"
+                "        gi = g[i]\n"
+                + "".join(f"        {b}[i] = gi * {_fn(k)}(xi{at})\n" for b, k in outs))
     at0 = "".join(f", _at(p_{p}, 0)" for p in spec.param_names)
 
     def bulk(ind):
@@ -381,7 +386,6 @@ def _source(spec) -> str:
     # Parameters are p_<name> in the generated code: a parameter called b, n or x would
     # otherwise clash with the loop's own names (squareplus has b).
     pa = "".join(", p_" + p for p in ps)
-    at = _ats(spec)  # backward_all's per-element calls
     # kind -> (data inputs, spec key of its kernel)
     calls = {"fwd": ("x", "f"), "dx": ("x", "dx"), "bwd": ("x, g", "dx")}
     for p in ps:
@@ -425,10 +429,7 @@ def _source(spec) -> str:
                    f"        l_{kind}{sfx}({ins}{oarg}, 0, n{pa})\n")
             )
     for p in ps:
-        expr = _expr(spec, "x, g", _fn(p))
-        body = f"    for i in range(x.size):\n        buf[i] = {expr}\n"
-        if p in spec.bulk:
-            body = _reduce_bulk(spec, [("buf", p)])
+        body = _reduce_loop(spec, [("buf", p)])
         out.append(
             f"def _blk_{p}(x, g, b, n{pa}):\n"
             f"    lo = b * RBLOCK\n"
@@ -451,15 +452,16 @@ def _source(spec) -> str:
         # backward_all: grad_x and every parameter's block sums from one read of x and g,
         # with the same per-element values and block sums as k_bwd and r_<p>
         bufs = "".join(f"    b_{p} = np.empty(RBLOCK, np.float64)\n" for p in ps)
-        accs = "".join(f"        b_{p}[i] = gi * _d_{p}(xi{at})\n" for p in ps)
         sums = "".join(f"    part[{k}, b] = _lanesum(b_{p}, hi - lo)\n" for k, p in enumerate(ps))
-        body = (f"    for i in range(x.size):\n"
-                f"        xi = x[i]\n"
-                f"        gi = g[i]\n"
-                f"        o[i] = gi * _dx(xi{at})\n"
-                f"{accs}")
-        if {"dx", *ps} <= set(spec.bulk):
-            body = _reduce_bulk(spec, [("o", "dx")] + [(f"b_{p}", p) for p in ps])
+        outs = [("o", "dx")] + [(f"b_{p}", p) for p in ps]
+        if len({k in spec.bulk for _, k in outs}) == 1:
+            body = _reduce_loop(spec, outs)
+        else:
+            # Some kernels bulk, some not: a loop each over the block while it is in
+            # cache (xsilu float32 3.1 -> 2.1 ns/el on one thread, float64 5.3 -> 3.8).
+            # One loop for all is faster where they are alike (elu float64 1.5 against
+            # 2.3 in separate loops, squareplus 2.4 against 3.6).
+            body = "".join(_reduce_loop(spec, [o]) for o in outs)
         out.append(
             f"def _blk_all(x, g, o, part, b, n{pa}):\n"
             f"    lo = b * RBLOCK\n"
