@@ -115,3 +115,47 @@ def test_reductions_mend_elements_outside_the_bulk_domain(name):
             assert np.isfinite(want) == np.isfinite(float(gp[p])), (name, p, gp[p], want)
             if np.isfinite(want):
                 assert abs(float(gp[p]) - want) <= tol, (name, p, dt, float(gp[p]), want)
+
+
+@pytest.mark.parametrize("name", ["gelu_a", "xielu", "iglu"])
+def test_strided_and_broadcast_operands_take_the_reductions(name, monkeypatch):
+    """Strided, reversed and broadcast operands are copied to one layout and reduced by
+    the loops (the ufunc + numpy sum path took 5-15 ns/el): the same gradients as the
+    loops give on those copies, close to a float64 sum of the exact elementwise terms;
+    backward_all with out= a strided view of grad_out itself reads grad_out first."""
+    from iglu_np.backends import cpu_backend
+
+    act = iglu_np.get(name)
+    rng = np.random.default_rng(11)
+    for dt in (np.float32, np.float64):
+        X = (rng.standard_normal((64, 200)) * 3).astype(dt)
+        G = rng.standard_normal((64, 200)).astype(dt)
+        cases = [(X[:, ::2], G[:, ::2]), (X[::-1, ::-1], G[::-1, ::-1]),
+                 (X, np.asfortranarray(G)), (X, G[:1]), (X[:, ::2], np.asarray(G[0, 0]))]
+        for x, g in cases:
+            xr = np.copy(x, order="K")
+            gr = np.empty_like(xr)
+            gr[...] = g
+            want = act.backward_params(xr, gr)
+            want_x = act.backward(xr, gr)
+            with monkeypatch.context() as m:
+                def boom(*a, **k):
+                    raise AssertionError("took the ufunc path")
+                m.setattr(cpu_backend, "_call_ufunc", boom)
+                got = act.backward_params(x, g)
+                gx, gp = act.backward_all(x, g)
+            with np.errstate(all="ignore"):
+                d = act.dparams(xr)
+            for p in want:
+                assert got[p] == want[p] and gp[p] == want[p], (name, p, got[p], gp[p], want[p])
+                terms = (gr * d[p]).astype(np.float64)
+                assert abs(float(got[p]) - terms.sum()) <= 1e-5 * np.abs(terms).sum(), (name, p)
+            assert np.array_equal(gx, want_x), name
+        # out= a strided view of grad_out: the gradients of the original grad_out
+        G2 = G.copy()
+        x, g = X[:, ::2], G2[:, ::2]
+        want_x = act.backward(x.copy(), g.copy())
+        want = act.backward_params(x.copy(), g.copy())
+        gx, gp = act.backward_all(x, g, out=g)
+        assert gx is g and np.array_equal(g, want_x), name
+        assert all(gp[p] == want[p] for p in want), name
