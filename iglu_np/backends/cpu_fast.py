@@ -314,10 +314,15 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     )
 
 
-def _reduce_loop(spec, outs) -> str:
+def _indent(code: str) -> str:
+    return "".join("    " + line if line else line for line in code.splitlines(True))
+
+
+def _reduce_loop(spec, outs, exact: bool = False) -> str:
     """An element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at most
     :data:`RBLOCK` elements, scalar parameters): ``outs`` pairs buffers with spec keys,
-    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none. With them, one loop
+    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none (or ``exact``: the
+    exact kernels in any case). With bulk kernels, one loop
     of the bulk kernels checks the domain as it goes and elements outside are then
     recomputed by the exact kernels (the same bits as the exact loop: the bulk kernels
     are the exact ones inside the domain). The exact kernels branch, so their loop
@@ -325,7 +330,7 @@ def _reduce_loop(spec, outs) -> str:
     = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 ->
     1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
     at = _ats(spec)
-    if not all(k in spec.bulk for _, k in outs):
+    if exact or not all(k in spec.bulk for _, k in outs):
         return ("    for i in range(x.size):\n"
                 "        xi = x[i]\n"
                 "        gi = g[i]\n"
@@ -461,7 +466,13 @@ def _source(spec) -> str:
             # cache (xsilu float32 3.1 -> 2.1 ns/el on one thread, float64 5.3 -> 3.8).
             # One loop for all is faster where they are alike (elu float64 1.5 against
             # 2.3 in separate loops, squareplus 2.4 against 3.6).
-            body = "".join(_reduce_loop(spec, [o]) for o in outs)
+            # Where the domain is empty for these parameters and dtype (xielu float64),
+            # the one exact loop, as if there were no bulk kernels.
+            at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
+            body = (f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
+                    + _indent(_reduce_loop(spec, outs, exact=True))
+                    + "    else:\n"
+                    + _indent("".join(_reduce_loop(spec, [o]) for o in outs)))
         out.append(
             f"def _blk_all(x, g, o, part, b, n{pa}):\n"
             f"    lo = b * RBLOCK\n"
