@@ -194,7 +194,8 @@ def xielu_dx(x, ap, an, beta, eps):
 # bits for x <= 0 down to -708, without its range handling), the same bits as the exact
 # kernel (see define's bulk). One znver4 thread, 65,536 elements of N(0, 9): backward
 # 1.92 -> 1.17 ns/el; 0.27 of it is the root test's log1p(-beta/alpha_n), which LLVM
-# does not hoist. Not in the domain: float64 (its derivative takes the double-word root
+# does not hoist (testing the value alpha_n expm1(x) + beta instead ran 1.9: the domain
+# check follows the store, so the float64 expm1 was computed twice). Not in the domain: float64 (its derivative takes the double-word root
 # form across 2 x0 <= x <= x0/2), x < -708, +inf, NaN and the root band of
 # _xielu_near_root32. Tried and dropped: a forward bulk (0.70 -> 0.81
 # ns/el: the exact forward loop vectorises) and one for alpha_n (1.29 -> 1.37).
