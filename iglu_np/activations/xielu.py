@@ -162,7 +162,8 @@ def _xielu_dx_neg32(x, an, beta):
     within w of a float32 estimate x0 of the root (w widened by x0's error), not across
     2 x0 <= x <= x0/2: on a GPU its double-word steps ran in every warp that held one such
     element (most warps, for data ~ N(0, 1)), and the float32 backward took 10x the copy
-    limit on an H200. The CPU hoists hi and the root's low part out of the loop either way."""
+    limit on an H200. The CPU hoists hi and the root's low part out of the loop (x0's
+    log1p in the test it does not: see the bulk below)."""
     T = type(x)
     xd = numba.float64(x)
     k = numba.float64(an)
@@ -195,10 +196,11 @@ def xielu_dx(x, ap, an, beta, eps):
 # kernel (see define's bulk). One znver4 thread, 65,536 elements of N(0, 9): backward
 # 1.92 -> 1.17 ns/el; 0.27 of it is the root test's log1p(-beta/alpha_n), which LLVM
 # does not hoist (testing the value alpha_n expm1(x) + beta instead ran 1.9: the domain
-# check follows the store, so the float64 expm1 was computed twice). Not in the domain: float64 (its derivative takes the double-word root
-# form across 2 x0 <= x <= x0/2), x < -708, +inf, NaN and the root band of
-# _xielu_near_root32. Tried and dropped: a forward bulk (0.70 -> 0.81
-# ns/el: the exact forward loop vectorises) and one for alpha_n (1.29 -> 1.37).
+# check follows the store, so the float64 expm1 was computed twice). Not in the domain:
+# float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
+# x < -708, +inf, NaN and the root band of _xielu_near_root32. Tried and dropped: a
+# forward bulk (0.70 -> 0.81 ns/el: the exact forward loop vectorises) and one for
+# alpha_n (1.29 -> 1.37).
 @kernel
 def _xielu_expm1_64(x):
     """expm1(x) in float64 for float32 x <= 0 (-0.0 and NaN kept; 0 for x > 0)."""

@@ -247,7 +247,8 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
         # After the bulk loop, the k elements outside a chunk one by one, in a loop
         # whose trip count is k (not countable: never vectorised). A vectorised loop ran
         # the exact kernel on all 16 lanes: gelu_a float32 backward, 32,768 elements of
-        # N(0, 9) with a = 1.5 (0.5% outside), one thread 56 -> 44 us (30 with none outside).
+        # N(0, 9) with a = 1.5 (0.5% outside), one thread 56 -> 44 us (30 with none
+        # outside).
         chunk_bad = (f"{i3}i = 0\n"
                      f"{i3}while k > 0:\n{i4}if not _b_domain(xc[i]{atc}):\n"
                      f"{i5}{o}c[i] = {exact_c}\n{i5}k -= 1\n{i4}i += 1\n" if after else
@@ -321,12 +322,11 @@ def _indent(code: str) -> str:
 def _reduce_loop(spec, outs, exact: bool = False) -> str:
     """An element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at most
     :data:`RBLOCK` elements, scalar parameters): ``outs`` pairs buffers with spec keys,
-    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none (or ``exact``: the
-    exact kernels in any case). With bulk kernels, one loop
-    of the bulk kernels checks the domain as it goes and elements outside are then
-    recomputed by the exact kernels (the same bits as the exact loop: the bulk kernels
-    are the exact ones inside the domain). The exact kernels branch, so their loop
-    stayed scalar: one thread, 2^18 elements of N(0, 9), backward_all gelu_a float32 (a
+    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none (``exact``: the exact
+    kernels in any case). With bulk kernels, one loop of them checks the domain as it
+    goes and elements outside are then recomputed by the exact kernels (the same bits as
+    the exact loop: the bulk kernels are the exact ones inside the domain). The exact
+    kernels branch, so their loop stayed scalar: one thread, 2^18 elements of N(0, 9), backward_all gelu_a float32 (a
     = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 ->
     1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
     at = _ats(spec)
