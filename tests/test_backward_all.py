@@ -78,7 +78,8 @@ def test_two_passes_read_every_operand_before_out_is_written(monkeypatch):
     np.testing.assert_array_equal(gx, iglu_np.iglu.backward(x, g, sigma=1.5))
 
 
-BULK_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params and set(s.param_names) <= set(s.bulk))
+BULK_PARAMS = sorted(n for n, s in REGISTRY.items()
+                     if s.params and set(s.param_names) <= set(s.bulk))
 
 
 @pytest.mark.parametrize("name", BULK_PARAMS)

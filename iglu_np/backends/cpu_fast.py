@@ -326,9 +326,9 @@ def _reduce_loop(spec, outs, exact: bool = False) -> str:
     kernels in any case). With bulk kernels, one loop of them checks the domain as it
     goes and elements outside are then recomputed by the exact kernels (the same bits as
     the exact loop: the bulk kernels are the exact ones inside the domain). The exact
-    kernels branch, so their loop stayed scalar: one thread, 2^18 elements of N(0, 9), backward_all gelu_a float32 (a
-    = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 ->
-    1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
+    kernels branch, so their loop stayed scalar: one thread, 2^18 elements of N(0, 9),
+    backward_all gelu_a float32 (a = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6
+    -> 6.2, elu 2.0 -> 0.93, 3.2 -> 1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
     at = _ats(spec)
     if exact or not all(k in spec.bulk for _, k in outs):
         return ("    for i in range(x.size):\n"
