@@ -501,7 +501,6 @@ _ERFC_MID = 1.0
 
 @_jit
 def _erf_small(a):
-    T = type(a)
     w = a * a
     if _f32(a):
         return a + a * _poly(w, ERF32)

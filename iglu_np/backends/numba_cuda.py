@@ -42,7 +42,6 @@ from .._dtypes import compute_dtype as _compute_dtype
 from .._dtypes import f32_range_error as _f32_range_error
 from .._dtypes import widened
 from .._kinds import Kind, kinds
-from .._math import BIG, BIG64
 from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
