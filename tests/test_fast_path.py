@@ -454,6 +454,38 @@ def test_threads_launching_parallel_loops_under_workqueue():
     assert r.stdout.strip().endswith("workqueue")
 
 
+def test_busy_machine_guard_tolerates_threaded_calls_a_little_slower(monkeypatch):
+    """Threaded calls up to LOSS times the one-thread baseline are not losses (a memory-bound
+    kernel in a slow-memory second: 1.07-1.48 measured); beyond, two in a row trip the
+    guard. A fake clock: each call advances it by its cost."""
+    from iglu_np.backends import cpu_fast
+
+    class Clock:
+        now = 100.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(cpu_fast, "time", clock)
+    monkeypatch.setattr(cpu_fast, "_par_threadsafe", True)
+    k = object()
+
+    def run(cost):
+        def call():
+            clock.now += cost
+        cpu_fast.launch(k, 1000, call, call)
+
+    run(1.0)  # the baseline, on one thread: 1 ms per element
+    trips = cpu_fast.guard_trips
+    for _ in range(4):
+        run(1.2)  # within LOSS of it: threaded calls go on
+    assert not cpu_fast.busy(k, 1000, None) and cpu_fast.guard_trips == trips
+    run(1.3)
+    run(1.3)  # beyond LOSS twice in a row: one thread for a cooldown
+    assert cpu_fast.busy(k, 1000, None) and cpu_fast.guard_trips == trips + 1
+
+
 def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
     """The first large call of a kernel runs on one thread (the baseline); threaded calls
     that lose to it twice in a row (a contended machine) put the kernel on one thread for
