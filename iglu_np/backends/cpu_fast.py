@@ -184,6 +184,25 @@ def _expr(spec, ins: str, fn: str, sfx: str = "", pv: str = "p") -> str:
     return f"g{sfx}[i] * {call}" if ins == "x, g" else call
 
 
+def _one_by_one(ind: str, xc: str, at: str, recompute) -> str:
+    """Lines recomputing, one by one, the elements of the chunk view ``xc`` outside the
+    bulk domain: ``recompute(indent)`` gives the lines for element ``i`` of the chunk. The
+    loop's trip count is their number k (not countable: LLVM never vectorises it). A
+    vectorised loop ran the exact kernel on all 16 lanes: gelu_a float32 backward, 32,768
+    elements of N(0, 9) with a = 1.5 (0.5% outside), one thread 56 -> 44 us (30 with none
+    outside); in the reductions, 4.4 ns/el where the whole exact loop took 6.0."""
+    i1, i2 = ind + "    ", ind + "        "
+    return (f"{ind}k = 0\n"
+            f"{ind}for i in range({xc}.size):\n"
+            f"{i1}k += 0 if _b_domain({xc}[i]{at}) else 1\n"
+            f"{ind}i = 0\n"
+            f"{ind}while k > 0:\n"
+            f"{i1}if not _b_domain({xc}[i]{at}):\n"
+            f"{recompute(i2)}"
+            f"{i2}k -= 1\n"
+            f"{i1}i += 1\n")
+
+
 def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     """The element loop of a kind with a bulk kernel (at most :data:`BLOCK` elements:
     ``k_`` calls it in such chunks), writing to ``o``: ``out``, or an input for the
@@ -242,25 +261,15 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
         ob = f"{o}b"
         clean = (f"{i3}continue\n" if after else
                  f"{i3}for i in range({ob}.size):\n{i4}{ob}[i] = {fast}\n{i3}continue\n")
-        chunk_ok = (f"{i4}continue\n" if after else
-                    f"{i4}for i in range(xc.size):\n{i5}{o}c[i] = {fast_c}\n{i4}continue\n")
-        # After the bulk loop, the k elements outside a chunk one by one, in a loop
-        # whose trip count is k (not countable: never vectorised). A vectorised loop ran
-        # the exact kernel on all 16 lanes: gelu_a float32 backward, 32,768 elements of
-        # N(0, 9) with a = 1.5 (0.5% outside), one thread 56 -> 44 us (30 with none
-        # outside).
-        chunk_bad = (f"{i3}i = 0\n"
-                     f"{i3}while k > 0:\n{i4}if not _b_domain(xc[i]{atc}):\n"
-                     f"{i5}{o}c[i] = {exact_c}\n{i5}k -= 1\n{i4}i += 1\n" if after else
-                     f"{i3}for i in range(xc.size):\n{i4}{o}c[i] = {exact_c}\n")
-        chunk_check = (f"{i3}k = 0\n"
-                       f"{i3}for i in range(xc.size):\n"
-                       f"{i4}k += 0 if _b_domain(xc[i]{atc}) else 1\n"
-                       f"{i3}if k == 0:\n{chunk_ok}" if after else
-                       f"{i3}ok = True\n"
-                       f"{i3}for i in range(xc.size):\n"
-                       f"{i4}ok &= _b_domain(xc[i]{atc})\n"
-                       f"{i3}if ok:\n{chunk_ok}")
+        # After the bulk loop only the elements outside are recomputed; in place a chunk
+        # holding one runs the exact kernel throughout (nothing of it is written yet).
+        chunk = (_one_by_one(i3, "xc", atc, lambda i: f"{i}{o}c[i] = {exact_c}\n") if after else
+                 f"{i3}ok = True\n"
+                 f"{i3}for i in range(xc.size):\n"
+                 f"{i4}ok &= _b_domain(xc[i]{atc})\n"
+                 f"{i3}if ok:\n"
+                 f"{i4}for i in range(xc.size):\n{i5}{o}c[i] = {fast_c}\n{i4}continue\n"
+                 f"{i3}for i in range(xc.size):\n{i4}{o}c[i] = {exact_c}\n")
         return (
             f"{ind}for s in range(0, n, VBLOCK):\n"
             f"{i2}e = min(s + VBLOCK, n)\n"
@@ -276,8 +285,7 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
             f"{i2}for t in range(0, {ob}.size, CHUNK):\n"
             f"{i3}te = min(t + CHUNK, {ob}.size)\n"
             f"{cviews(i3)}"
-            f"{chunk_check}"
-            f"{chunk_bad}"
+            f"{chunk}"
         )
 
     if o == "out":
@@ -319,71 +327,59 @@ def _indent(code: str) -> str:
     return "".join("    " + line if line else line for line in code.splitlines(True))
 
 
-def _reduce_loop(spec, outs, exact: bool = False) -> str:
-    """An element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at most
-    :data:`RBLOCK` elements, scalar parameters): ``outs`` pairs buffers with spec keys,
-    ``buf[i] = g[i] * kernel(x[i])``, all with bulk kernels or none (``exact``: the exact
-    kernels in any case). With bulk kernels, one loop of them checks the domain as it
-    goes and elements outside are then recomputed by the exact kernels (the same bits as
-    the exact loop: the bulk kernels are the exact ones inside the domain). The exact
-    kernels branch, so their loop stayed scalar: one thread, 2^18 elements of N(0, 9),
-    backward_all gelu_a float32 (a = 1.5, 0.5% outside) 6.0 -> 3.1 ns/el, float64 12.6
-    -> 6.2, elu 2.0 -> 0.93, 3.2 -> 1.5; backward_params elu 1.15 -> 0.80, 1.54 -> 1.34."""
+def _reduce_exact(spec, outs) -> str:
+    """The exact element loop of a reduction block (``_blk_<p>``, ``_blk_all``: x and g at
+    most :data:`RBLOCK` elements, scalar parameters): ``outs`` pairs buffers with spec
+    keys, ``buf[i] = g[i] * kernel(x[i])``."""
     at = _ats(spec)
-    if exact or not all(k in spec.bulk for _, k in outs):
-        return ("    for i in range(x.size):\n"
-                "        xi = x[i]\n"
-                "        gi = g[i]\n"
-                + "".join(f"        {b}[i] = gi * {_fn(k)}(xi{at})\n" for b, k in outs))
+    return ("    for i in range(x.size):\n"
+            "        xi = x[i]\n"
+            "        gi = g[i]\n"
+            + "".join(f"        {b}[i] = gi * {_fn(k)}(xi{at})\n" for b, k in outs))
+
+
+def _reduce_bulk(spec, outs) -> str:
+    """:func:`_reduce_exact`'s loop from the bulk kernels of ``outs``' keys, for a domain
+    that is not empty: one loop of them checks the domain as it goes and the elements
+    outside are then recomputed by the exact kernels (the same bits as the exact loop:
+    the bulk kernels are the exact ones inside the domain), found per VBLOCK, then per
+    CHUNK. The exact kernels branch, so their loop stayed scalar: one thread, 2^18
+    elements of N(0, 9), backward_all gelu_a float32 (a = 1.5, 0.5% outside) 6.0 -> 3.1
+    ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 -> 1.5; backward_params elu 1.15 ->
+    0.80, 1.54 -> 1.34."""
+    at = _ats(spec)
+
+    def recompute(ind):
+        return (f"{ind}xi = xc[i]\n"
+                f"{ind}gi = g[t + i]\n"
+                + "".join(f"{ind}{b}[t + i] = gi * {_fn(k)}(xi{at})\n" for b, k in outs))
+
+    return ("    ok = True\n"
+            "    for i in range(x.size):\n"
+            "        xi = x[i]\n"
+            "        gi = g[i]\n"
+            + "".join(f"        {b}[i] = gi * _b_{k}(xi{at})\n" for b, k in outs)
+            + f"        ok &= _b_domain(xi{at})\n"
+            "    if not ok:\n"
+            "        for s in range(0, x.size, VBLOCK):\n"
+            "            e = min(s + VBLOCK, x.size)\n"
+            "            xb = x[s:e]\n"
+            "            c = 0\n"
+            "            for i in range(xb.size):\n"
+            f"                c += 0 if _b_domain(xb[i]{at}) else 1\n"
+            "            if c == 0:\n"
+            "                continue\n"
+            "            for t in range(s, e, CHUNK):\n"
+            "                xc = x[t:min(t + CHUNK, e)]\n"
+            + _one_by_one("                ", "xc", at, recompute))
+
+
+def _reduce_loop(spec, exact: str, bulk: str) -> str:
+    """``bulk`` where the domain is not empty for these parameters and the dtype (0, with
+    them, is in every such domain: see _bulk_body), else ``exact``."""
     at0 = "".join(f", _at(p_{p}, 0)" for p in spec.param_names)
-
-    def bulk(ind):
-        return "".join(f"{ind}{b}[i] = gi * _b_{k}(xi{at})\n" for b, k in outs)
-
-    def exact(ind):
-        return "".join(f"{ind}{b}[i] = gi * {_fn(k)}(xi{at})\n" for b, k in outs)
-
-    return (
-        f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
-        f"        for i in range(x.size):\n"
-        f"            xi = x[i]\n"
-        f"            gi = g[i]\n"
-        f"{exact('            ')}"
-        f"    else:\n"
-        f"        ok = True\n"
-        f"        for i in range(x.size):\n"
-        f"            xi = x[i]\n"
-        f"            gi = g[i]\n"
-        f"{bulk('            ')}"
-        f"            ok &= _b_domain(xi{at})\n"
-        # Mending: vectorised counts find the VBLOCKs, then the CHUNKs, holding elements
-        # outside; in a chunk a loop whose trip count is that count (not countable, so
-        # never vectorised) recomputes them one by one. Vectorised, the exact kernels
-        # ran on every lane (gelu_a float32, 0.5% of elements outside: 4.4 ns/el, worse
-        # than the exact loop this replaced), as did a scalar domain check per element.
-        f"        if not ok:\n"
-        f"            for s in range(0, x.size, VBLOCK):\n"
-        f"                e = min(s + VBLOCK, x.size)\n"
-        f"                xb = x[s:e]\n"
-        f"                c = 0\n"
-        f"                for i in range(xb.size):\n"
-        f"                    c += 0 if _b_domain(xb[i]{at}) else 1\n"
-        f"                if c == 0:\n"
-        f"                    continue\n"
-        f"                for t in range(s, e, CHUNK):\n"
-        f"                    xc = x[t:min(t + CHUNK, e)]\n"
-        f"                    k = 0\n"
-        f"                    for i in range(xc.size):\n"
-        f"                        k += 0 if _b_domain(xc[i]{at}) else 1\n"
-        f"                    i = t\n"
-        f"                    while k > 0:\n"
-        f"                        xi = x[i]\n"
-        f"                        if not _b_domain(xi{at}):\n"
-        f"                            gi = g[i]\n"
-        f"{exact('                            ')}"
-        f"                            k -= 1\n"
-        f"                        i += 1\n"
-    )
+    return (f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
+            + _indent(exact) + "    else:\n" + _indent(bulk))
 
 
 def _source(spec) -> str:
@@ -434,7 +430,9 @@ def _source(spec) -> str:
                    f"        l_{kind}{sfx}({ins}{oarg}, 0, n{pa})\n")
             )
     for p in ps:
-        body = _reduce_loop(spec, [("buf", p)])
+        body = _reduce_exact(spec, [("buf", p)])
+        if p in spec.bulk:
+            body = _reduce_loop(spec, body, _reduce_bulk(spec, [("buf", p)]))
         out.append(
             f"def _blk_{p}(x, g, b, n{pa}):\n"
             f"    lo = b * RBLOCK\n"
@@ -459,20 +457,18 @@ def _source(spec) -> str:
         bufs = "".join(f"    b_{p} = np.empty(RBLOCK, np.float64)\n" for p in ps)
         sums = "".join(f"    part[{k}, b] = _lanesum(b_{p}, hi - lo)\n" for k, p in enumerate(ps))
         outs = [("o", "dx")] + [(f"b_{p}", p) for p in ps]
-        if len({k in spec.bulk for _, k in outs}) == 1:
-            body = _reduce_loop(spec, outs)
-        else:
+        body = _reduce_exact(spec, outs)
+        if all(k in spec.bulk for _, k in outs):
+            body = _reduce_loop(spec, body, _reduce_bulk(spec, outs))
+        elif spec.bulk.keys() & {k for _, k in outs}:
             # Some kernels bulk, some not: a loop each over the block while it is in
             # cache (xsilu float32 3.1 -> 2.1 ns/el on one thread, float64 5.3 -> 3.8).
             # One loop for all is faster where they are alike (elu float64 1.5 against
-            # 2.3 in separate loops, squareplus 2.4 against 3.6).
-            # Where the domain is empty for these parameters and dtype (xielu float64),
-            # the one exact loop, as if there were no bulk kernels.
-            at0 = "".join(f", _at(p_{p}, 0)" for p in ps)
-            body = (f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
-                    + _indent(_reduce_loop(spec, outs, exact=True))
-                    + "    else:\n"
-                    + _indent("".join(_reduce_loop(spec, [o]) for o in outs)))
+            # 2.3 in separate loops, squareplus 2.4 against 3.6), and where the domain is
+            # empty (xielu float64: the one exact loop, as without bulk kernels).
+            body = _reduce_loop(spec, body, "".join(
+                (_reduce_bulk if k in spec.bulk else _reduce_exact)(spec, [(b, k)])
+                for b, k in outs))
         out.append(
             f"def _blk_all(x, g, o, part, b, n{pa}):\n"
             f"    lo = b * RBLOCK\n"
