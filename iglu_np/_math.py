@@ -137,6 +137,14 @@ def exp_normal(x):
 
 
 @kernel
+def neg_side(x):
+    """0 where x > 0, else x (-0.0 and NaN kept: min(x, 0) would give +0.0 for -0.0): the
+    argument of :func:`exp_expm1_neg` for the non-positive side of a select."""
+    T = type(x)
+    return T(0.0) if x > T(0.0) else x
+
+
+@kernel
 def exp_expm1_neg(x):
     """``(exp(x), expm1(x))`` for an x <= 0 whose exp is normal (float64 x >= -708,
     float32 x >= -87), for the bulk kernels: the CPU binds

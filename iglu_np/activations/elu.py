@@ -1,7 +1,8 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, two_prod
+from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32,
+                     neg_side, two_prod)
 from .._spec import Param, define, kernel
 
 # (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
@@ -85,15 +86,8 @@ def _elu_bulk_domain(x, alpha):
 
 
 @kernel
-def _neg_side(x):
-    """0 where x > 0, else x (-0.0 and NaN kept: min(x, 0) would give +0.0 for -0.0)."""
-    T = type(x)
-    return T(0.0) if x > T(0.0) else x
-
-
-@kernel
 def _expm1_neg(x):
-    e, m = exp_expm1_neg(_neg_side(x))
+    e, m = exp_expm1_neg(neg_side(x))
     return m
 
 
@@ -106,7 +100,7 @@ def elu_f_bulk(x, alpha):
 @kernel
 def elu_dx_bulk(x, alpha):
     T = type(x)
-    return T(1.0) if x > T(0.0) else alpha * exp_normal(_neg_side(x))
+    return T(1.0) if x > T(0.0) else alpha * exp_normal(neg_side(x))
 
 
 @kernel
@@ -212,14 +206,14 @@ def _selu_dx_of(x, e):
 
 @kernel
 def selu_f(x):
-    return _selu_of(x, math.expm1(_neg_side(x)))
+    return _selu_of(x, math.expm1(neg_side(x)))
 
 
 @kernel
 def selu_dx(x):
     # Selects, no branch: behind an `if x > 0: return` LLVM took exp of x itself on every
     # lane of the if-converted .ufunc loop (an overflow flag, a warning, for large x).
-    return _selu_dx_of(x, math.exp(_neg_side(x)))
+    return _selu_dx_of(x, math.exp(neg_side(x)))
 
 
 @kernel
@@ -235,7 +229,7 @@ def selu_f_bulk(x):
 
 @kernel
 def selu_dx_bulk(x):
-    return _selu_dx_of(x, exp_normal(_neg_side(x)))
+    return _selu_dx_of(x, exp_normal(neg_side(x)))
 
 
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import BIG, exp_expm1_neg, horner, is_f32, two_prod, two_sum
+from .._math import BIG, exp_expm1_neg, horner, is_f32, neg_side, two_prod, two_sum
 from .._spec import Param, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -203,9 +203,8 @@ def xielu_dx(x, ap, an, beta, eps):
 # alpha_n (1.29 -> 1.37).
 @kernel
 def _xielu_expm1_64(x):
-    """expm1(x) in float64 for float32 x <= 0 (-0.0 and NaN kept; 0 for x > 0)."""
-    T = type(x)
-    e, m = exp_expm1_neg(numba.float64(T(0.0) if x > T(0.0) else x))
+    """expm1(x) in float64 for float32 x <= 0 (0 for x > 0)."""
+    e, m = exp_expm1_neg(numba.float64(neg_side(x)))
     return m
 
 
