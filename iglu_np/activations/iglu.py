@@ -21,8 +21,9 @@ _SIGMA = Param(
 # IGLU from u = min(|t|, 1/|t|) in [0, 1]: the forward needs atan(u) = u A(u^2), the
 # derivative S(u) = atan(u) + u/(1+u^2) = 2u + u^3 R(u^2) and D(u) = atan(u) - u/(1+u^2) =
 # u^3 P(u^2) (the tail, where the two terms cancel), each one polynomial in (u^2 - 1/2),
-# from tools/derive_coefficients.py. Each derivative element needs one of R and P, so one
-# Horner pass runs on coefficients chosen by a select. This replaced an atan, the division
+# from tools/derive_coefficients.py. Each derivative element needs one of R and P: float32
+# runs one Horner pass on coefficients chosen by a select, float64 derives R from P (see
+# _iglu_dx_s64). This replaced an atan, the division
 # u/(1+u^2) and two tail pieces (3 divisions per element, now 1): float32 fused backward
 # 1.09 -> 0.71 ns/el on one znver4 core, float64 3.23 -> 2.71, the same worst ulp.
 # IGLU_A32: degree 9 in (v - 0.5) on [0, 1], max rel error 2.84e-9, Horner condition <= 1.27
@@ -91,32 +92,6 @@ IGLU_D32 = (
     1.5415587850434077847e-2,
     -1.032395970127201892e-2,
 )
-# IGLU_R64: degree 22 in (v - 0.5) on [0, 1], max rel error 3.8e-18, Horner condition <= 1.87
-IGLU_R64 = (
-    -9.2582716393246027172e-1,
-    5.5525926957515874858e-1,
-    -3.5111113690085954896e-1,
-    2.2666672684269139501e-1,
-    -1.4786021770066906144e-1,
-    9.7034591430078922225e-2,
-    -6.3922456091819128482e-2,
-    4.221761716330651428e-2,
-    -2.7933236542234776455e-2,
-    1.8506603784056197236e-2,
-    -1.2273511789365092906e-2,
-    8.1459748722665208964e-3,
-    -5.4099249299196085196e-3,
-    3.5958776883035874025e-3,
-    -2.3902570841759376789e-3,
-    1.5808643143993999262e-3,
-    -1.0514739603811777973e-3,
-    7.3763311014683950784e-4,
-    -4.9085730698710050935e-4,
-    2.1973719865371595114e-4,
-    -1.4623408392370884538e-4,
-    2.6846708552582133942e-4,
-    -1.7876823256829268792e-4,
-)
 # IGLU_D64: degree 22 in (v - 0.5) on [0, 1], max rel error 8.4e-18, Horner condition <= 2.34
 IGLU_D64 = (
     4.0750616940087306161e-1,
@@ -145,14 +120,12 @@ IGLU_D64 = (
 )
 
 IGLU_R32P, IGLU_D32P = padded(IGLU_R32, IGLU_D32, dtype=np.float32)
-IGLU_R64P, IGLU_D64P = padded(IGLU_R64, IGLU_D64)
 # float64 as c0 + w (c1 + w (E(w^2) + w O(w^2))): two chains of ~10 instead of one of 21-23,
 # which bounded the loop by its latency; the two Horner steps kept last keep its rounding.
 IGLU_A64E, IGLU_A64O = IGLU_A64[2::2], IGLU_A64[3::2]
-IGLU_R64E, IGLU_R64O = IGLU_R64P[2::2], IGLU_R64P[3::2]
-IGLU_D64E, IGLU_D64O = IGLU_D64P[2::2], IGLU_D64P[3::2]
+IGLU_D64E, IGLU_D64O = IGLU_D64[2::2], IGLU_D64[3::2]
 A64_0, A64_1 = IGLU_A64[0], IGLU_A64[1]
-R64_0, R64_1, D64_0, D64_1 = IGLU_R64P[0], IGLU_R64P[1], IGLU_D64P[0], IGLU_D64P[1]
+D64_0, D64_1 = IGLU_D64[0], IGLU_D64[1]
 
 
 # 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as the division did
@@ -255,36 +228,65 @@ def iglu_f(x, sigma):
 
 
 @kernel
+def _iglu_dx_s64(neg, big, u):
+    """pi (Z + t/(pi(1+t^2))) - [t >= 0] pi/2 in float64 (see iglu_dx) from D's polynomial
+    alone: R(v) = P(v) - 2/(1 + v), as S - D = 2u/(1+u^2). Selecting R's or P's 23
+    coefficients per lane had cost 22 blends per vector, more than this division and the
+    error terms below (tools/ab_speed.py, fused backward on one znver4 core: new/old
+    0.82-1.09, median 0.89, over six processes). Rounding errors of u^3 and of
+    P - 2/(1+u^2) go into a low part, so S - pi/2 (cancelling by up to 4.5x near t = -1)
+    came out more accurate than from R's polynomial: worst 3.98 -> 3.42 ulp over 15,000
+    points with |t| <= 1. float32 keeps the select: its division cost as much."""
+    T = type(u)
+    uu = u * u
+    u3 = u * uu
+    w = uu - T(0.5)
+    w2 = w * w
+    p = fma(w, horner(w2, IGLU_D64O), horner(w2, IGLU_D64E))
+    p = fma(w, p, T(D64_1))
+    p = fma(w, p, T(D64_0))
+    # u^3 = u3 + e3 and 1/(1 + u^2) = r (1 + res), both to O(eps^2)
+    eu = fma(u, u, -uu)
+    e3 = fma(u, eu, fma(u, uu, -u3))
+    d = T(1.0) + uu
+    ed = (T(1.0) - d) + uu  # exact: 1 >= uu
+    r = T(1.0) / d
+    res = fma(-d, r, T(1.0)) - (ed + eu) * r
+    # R = rh + rl: P - 2r by Fast2Sum (2r >= 1 > P), then -2r res
+    r2 = r + r
+    rh = p - r2
+    rl = (p - (rh + r2)) - r2 * res
+    rh = p if big else rh
+    rl = T(0.0) if big else rl
+    lo = fma(u3, rl, e3 * rh)
+    base = T(0.0) if big else u + u
+    f = fma(u3, rh, base) + lo
+    g = fma(-u3, rh, T(PIO2_HI64) - base) + (T(PIO2_LO64) - lo)
+    return f if neg == big else g
+
+
+@kernel
 def iglu_dx(x, sigma):
     T = type(x)
     neg, big, u = _inv_min(sigma * x)
-    uu = u * u
-    u3 = u * uu
-    # pi/2 and 1/pi as hi + lo per dtype
-    if is_f32(x):
-        c_hi = T(PIO2_HI32)
-        c_lo = T(PIO2_LO32)
-        ip_hi = T(INV_PI_HI32)
-        ip_lo = T(INV_PI_LO32)
-        pp = horner(uu - T(0.5), IGLU_D32P if big else IGLU_R32P)
-    else:
-        c_hi = T(PIO2_HI64)
-        c_lo = T(PIO2_LO64)
-        ip_hi = T(INV_PI_HI64)
-        ip_lo = T(INV_PI_LO64)
-        w = uu - T(0.5)
-        w2 = w * w
-        pp = fma(w, horner(w2, IGLU_D64O if big else IGLU_R64O), horner(w2, IGLU_D64E if big else IGLU_R64E))
-        pp = fma(w, pp, T(D64_1) if big else T(R64_1))
-        pp = fma(w, pp, T(D64_0) if big else T(R64_0))
     # pi (Z + t/(pi(1+t^2))) - [t >= 0] pi/2, with atan(1/u) = pi/2 - atan(u), is F or
     # pi/2 - F for F = D(u) (|t| > 1) or S(u) (|t| <= 1): t >= 0 takes S and pi/2 - D,
     # t < 0 takes pi/2 - S and D. pi/2 - F as (c_hi - 2u) - u^3 R: c_hi - 2u is exact for
     # u >= 0.4, where S cancels against pi/2 by up to 4.5x.
-    base = T(0.0) if big else u + u
-    f = fma(u3, pp, base)
-    g = fma(-u3, pp, c_hi - base) + c_lo
-    s = f if neg == big else g
+    if is_f32(x):
+        uu = u * u
+        u3 = u * uu
+        pp = horner(uu - T(0.5), IGLU_D32P if big else IGLU_R32P)
+        base = T(0.0) if big else u + u
+        f = fma(u3, pp, base)
+        g = fma(-u3, pp, T(PIO2_HI32) - base) + T(PIO2_LO32)
+        s = f if neg == big else g
+        ip_hi = T(INV_PI_HI32)
+        ip_lo = T(INV_PI_LO32)
+    else:
+        s = _iglu_dx_s64(neg, big, u)
+        ip_hi = T(INV_PI_HI64)
+        ip_lo = T(INV_PI_LO64)
     # One product with 1/pi (hi + lo): a division here was a fourth division per element.
     q = fma(s, ip_hi, s * ip_lo)
     return q if neg else T(0.5) + q
