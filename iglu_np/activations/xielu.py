@@ -194,10 +194,10 @@ def xielu_dx(x, ap, an, beta, eps):
 # its loop stayed scalar): the branches as selects, expm1 from exp_expm1_neg (expm1's
 # bits for x <= 0 down to -708, without its range handling), the same bits as the exact
 # kernel (see define's bulk). One znver4 thread, 65,536 elements of N(0, 9): backward
-# 1.92 -> 1.17 ns/el; 0.27 of it is the root test's log1p(-beta/alpha_n), which LLVM
-# does not hoist (testing the value alpha_n expm1(x) + beta instead ran 1.9: the domain
-# check follows the store, so the float64 expm1 was computed twice). Not in the domain:
-# float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
+# 1.92 -> 1.17 ns/el. The domain's root test runs before its branches, unconditionally
+# (100 -> 98 instructions per 8 elements, backward 4-6% faster: tools/ab_speed.py;
+# testing the value alpha_n expm1(x) + beta instead ran 1.9 ns/el: the domain check
+# follows the store, so the float64 expm1 was computed twice). Not in the domain: float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
 # x < -708, +inf, NaN and the root band of _xielu_near_root32. Tried and dropped: a
 # forward bulk (0.70 -> 0.81 ns/el: the exact forward loop vectorises) and one for
 # alpha_n (1.29 -> 1.37).
@@ -213,9 +213,10 @@ def _xielu_bulk_domain(x, ap, an, beta, eps):
     T = type(x)
     if not is_f32(x):
         return False
+    near = _xielu_near_root32(x, an, beta)
     if x > T(0.0):
         return x < T(math.inf)
-    return x >= T(-708.0) and not _xielu_near_root32(x, an, beta)
+    return x >= T(-708.0) and not near
 
 
 @kernel
