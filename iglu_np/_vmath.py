@@ -214,13 +214,16 @@ _MAGIC32 = 12582912.0  # 1.5 * 2**23
 
 @_jit
 def _kf_r(x):
-    """kf (a float) and r with x = kf ln2 + r, |r| <= ln2/2 (+ rounding); NaN for NaN."""
+    """kf (a float) and r with x = kf ln2 + r, |r| <= ln2/2 (+ rounding); NaN for NaN.
+    Fused multiply-adds: three instructions fewer than multiply-then-add (kf ln2_hi is
+    exact either way, and r's low step rounds once instead of twice); GELU's bulk loop
+    2-3.5% faster on one znver4 core (an A/B of the two forms in one process)."""
     T = type(x)
     if _f32(x):
-        kf = (x * T(_LOG2E) + T(_MAGIC32)) - T(_MAGIC32)
-        return kf, (x - kf * T(_LN2_HI32)) - kf * T(_LN2_LO32)
-    kf = (x * T(_LOG2E) + T(_MAGIC64)) - T(_MAGIC64)
-    return kf, (x - kf * T(_LN2_HI64)) - kf * T(_LN2_LO64)
+        kf = _fma(x, T(_LOG2E), T(_MAGIC32)) - T(_MAGIC32)
+        return kf, _fma(-kf, T(_LN2_LO32), _fma(-kf, T(_LN2_HI32), x))
+    kf = _fma(x, T(_LOG2E), T(_MAGIC64)) - T(_MAGIC64)
+    return kf, _fma(-kf, T(_LN2_LO64), _fma(-kf, T(_LN2_HI64), x))
 
 
 @_jit
