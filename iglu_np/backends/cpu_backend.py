@@ -193,16 +193,19 @@ def fast(act, kind, data, params, out):
                 (fl.aligned and fl.writeable and _FAST.mem_flat(out, order) is not None)):
             return None
         # Each operand on its own: out may be exactly x (or g), elementwise that is
-        # safe; any other overlap (a shifted view) goes to numpy's buffered path. Two
-        # arrays that own their memory cannot overlap: skip the 0.5 us may_share_memory
-        # for the usual preallocated buffers.
-        for j, a in enumerate((x, g)):
-            if a is None or (out.base is None and a.base is None and a is not out):
-                continue
-            if a is out or _same_view(out, a):
-                alias = j if alias is None else alias
-            elif np.may_share_memory(out, a):
-                return None
+        # safe; any other overlap (a shifted view) goes to numpy's buffered path. Arrays
+        # that own their memory cannot overlap unless they are the same object: the usual
+        # preallocated buffers skip the 0.5 us may_share_memory (and this loop's 0.3).
+        if out.base is None and x.base is None and (g is None or g.base is None):
+            alias = 0 if out is x else (1 if out is g else None)
+        else:
+            for j, a in enumerate((x, g)):
+                if a is None or (out.base is None and a.base is None and a is not out):
+                    continue
+                if a is out or _same_view(out, a):
+                    alias = j if alias is None else alias
+                elif np.may_share_memory(out, a):
+                    return None
         o = out
     fast = _FAST or _loops()
     n = x.size
