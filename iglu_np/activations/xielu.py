@@ -197,7 +197,8 @@ def xielu_dx(x, ap, an, beta, eps):
 # 1.92 -> 1.17 ns/el. The domain's root test runs before its branches, unconditionally
 # (100 -> 98 instructions per 8 elements, backward 4-6% faster: tools/ab_speed.py;
 # testing the value alpha_n expm1(x) + beta instead ran 1.9 ns/el: the domain check
-# follows the store, so the float64 expm1 was computed twice). Not in the domain: float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
+# follows the store, so the float64 expm1 was computed twice). Not in the domain:
+# float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
 # x < -708, +inf, NaN and the root band of _xielu_near_root32. Tried and dropped: a
 # forward bulk (0.70 -> 0.81 ns/el: the exact forward loop vectorises) and one for
 # alpha_n (1.29 -> 1.37).

@@ -195,7 +195,7 @@ def fast(act, kind, data, params, out):
         # Each operand on its own: out may be exactly x (or g), elementwise that is
         # safe; any other overlap (a shifted view) goes to numpy's buffered path. Arrays
         # that own their memory cannot overlap unless they are the same object: the usual
-        # preallocated buffers skip the 0.5 us may_share_memory (and this loop's 0.3).
+        # preallocated buffers skip the 0.5 us may_share_memory (and this loop's 0.2).
         if out.base is None and x.base is None and (g is None or g.base is None):
             alias = 0 if out is x else (1 if out is g else None)
         else:
