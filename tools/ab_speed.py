@@ -45,6 +45,7 @@ import iglu_np  # noqa: E402
 from iglu_np import _spec  # noqa: E402
 from iglu_np.backends import cpu_fast  # noqa: E402
 
+
 def spec_at(rev: str, name: str) -> dict:
     """``define``'s keyword arguments for ``name`` in its spec file at ``rev``."""
     mod = sys.modules[iglu_np.get(name).spec.f.__module__]
