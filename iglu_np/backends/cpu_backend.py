@@ -306,13 +306,13 @@ def backward_params(act, data, params) -> dict:
     """Each parameter's gradient reduced to its shape (see Activation.backward_params)."""
     vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
     wdt = widened(cdt, vals[2:])
-    res = _reduce_params(act, vals, cdt) if wdt == cdt else None
-    if res is None and wdt == cdt:
-        copied = _laid_out_alike(vals, cdt)
-        if copied is not None:
-            res = _reduce_params(act, copied, cdt)
-    if res is not None:
-        return res
+    if wdt == cdt:
+        res = _reduce_params(act, vals, cdt)
+        if res is None:
+            copied = _laid_out_alike(vals, cdt)
+            res = _reduce_params(act, copied, cdt) if copied is not None else None
+        if res is not None:
+            return res
     res = {}
     for i, p in enumerate(act.param_names):
         full = _call_ufunc(act, "bwd_" + p, vals, wdt, None)
