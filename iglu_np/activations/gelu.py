@@ -616,10 +616,20 @@ def _gelu_n_dx_bulk(t_hi, t_lo, nu_lo):
 
 
 @kernel
-def _axn(x, a):
+def _axn_bulk(x, a):
     """(t_hi, t_lo, nu_lo): a x = t_hi + t_lo (the fma's error term is exact wherever it
     matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it) and
-    nu_lo = |t_hi| - |a x|; a = 0 at x = +-inf gives 0."""
+    nu_lo = |t_hi| - |a x|, for finite a x (the bulk)."""
+    p = a * x
+    e = fma(a, x, -p)
+    return p, e, (e if p < type(x)(0.0) else -e)
+
+
+@kernel
+def _axn(x, a):
+    """_axn_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
+    NaN there; these selects left out of the bulk loops: gelu_a float64's forward 116 ->
+    104 instructions per vector)."""
     T = type(x)
     p = a * x
     e = fma(a, x, -p)
@@ -733,13 +743,13 @@ def _gelu_a_bulk_domain(x, a):
 
 @kernel
 def gelu_a_f_bulk(x, a):
-    t_hi, t_lo, nu_lo = _axn(x, a)
+    t_hi, t_lo, nu_lo = _axn_bulk(x, a)
     return _gelu_n_bulk(x, t_hi, t_lo, nu_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
-    t_hi, t_lo, nu_lo = _axn(x, a)
+    t_hi, t_lo, nu_lo = _axn_bulk(x, a)
     return _gelu_n_dx_bulk(t_hi, t_lo, nu_lo)
 
 
