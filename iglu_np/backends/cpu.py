@@ -336,6 +336,71 @@ def _module(spec):
     return mod
 
 
+# Numba's ufunc loop (numba.np.ufunc.wrappers.build_ufunc_wrapper, 0.68 and before) takes
+# its contiguous fast loop when every *input* has unit stride and then stores out[i] at
+# unit stride whatever out's step: relu(x, out=buf[::2]) wrote x's 5 values to buf[0:5],
+# and a reversed out wrote past the view's end (heap corruption). Our ufuncs are built
+# with the test extended to the output: the last input's unit-stride flag also requires
+# out's step to be its item size, so a strided out takes Numba's general (strided) loop.
+_UFUNC_PATCH = threading.Lock()
+
+
+def _strided_out_safe():
+    """A context manager under which Numba builds ufunc loops that honour out's step (see
+    above); a no-op if Numba's internals differ (get_ufunc's check then decides)."""
+    import contextlib
+
+    try:
+        from numba.core import types as nbtypes
+        from numba.np.ufunc import ufuncbuilder, wrappers
+        orig = ufuncbuilder.build_ufunc_wrapper
+        base = wrappers.UArrayArg
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext()
+
+    def build(library, context, fname, signature, objmode, cres):
+        n_in = len(signature.args)
+        out_size = context.get_abi_sizeof(context.get_data_type(signature.return_type))
+
+        class Arg(base):
+            def __init__(self, context, builder, args, steps, i, fe_type):
+                super().__init__(context, builder, args, steps, i, fe_type)
+                if i == n_in - 1:
+                    step = builder.load(builder.gep(steps, [context.get_constant(nbtypes.intp, n_in)]))
+                    unit = builder.icmp_unsigned("==", context.get_constant(nbtypes.intp, out_size), step)
+                    self.is_unit_strided = builder.and_(self.is_unit_strided, unit)
+
+        # called under Numba's global compiler lock: no other build sees Arg
+        wrappers.UArrayArg = Arg
+        try:
+            return orig(library, context, fname, signature, objmode, cres)
+        finally:
+            wrappers.UArrayArg = base
+
+    @contextlib.contextmanager
+    def patched():
+        with _UFUNC_PATCH:
+            ufuncbuilder.build_ufunc_wrapper = build
+            try:
+                yield
+            finally:
+                ufuncbuilder.build_ufunc_wrapper = orig
+
+    return patched()
+
+
+def _honours_out_step(u, n: int) -> bool:
+    """Whether ufunc ``u`` (``n`` inputs) writes a strided out at its stride (both dtypes)."""
+    for dt in (np.float32, np.float64):
+        x = np.full(4, 0.5, dt)
+        buf = np.full(8, -1234.5, dt)
+        with np.errstate(all="ignore"):
+            u(*([x] * n), out=buf[::2])
+        if not (np.all(buf[1::2] == -1234.5) and np.all(buf[::2] != -1234.5)):
+            return False
+    return True
+
+
 def get_ufunc(name: str, kind: str) -> np.ufunc:
     """The compiled numpy ufunc ``iglu_np_<name>_<kind>`` (float32 and float64 loops)."""
     key = ("ufunc", name, kind)
@@ -355,8 +420,14 @@ def get_ufunc(name: str, kind: str) -> np.ufunc:
         fn = getattr(mod, f"iglu_np_{name}_{kind}")
         n = n_inputs(spec, kind)
         sigs = [f"float32({', '.join(['float32'] * n)})", f"float64({', '.join(['float64'] * n)})"]
-        du = numba.vectorize(sigs, cache=True)(fn)
+        with _strided_out_safe():
+            du = numba.vectorize(sigs, cache=True)(fn)
         u = du.ufunc if hasattr(du, "ufunc") else du
+        if not _honours_out_step(u, n):
+            raise RuntimeError(
+                f"iglu_np: Numba {numba.__version__} built a ufunc loop for {name}.{kind} that "
+                "ignores the output's stride (a strided out= would be written contiguously); "
+                "iglu_np's workaround no longer applies to this Numba version")
         try:
             u.__name__ = f"iglu_np_{name}_{kind}"
             u.__module__ = __name__  # pickles by name via __getattr__ below (dask workers)
