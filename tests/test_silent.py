@@ -46,7 +46,9 @@ def test_out_overlapping_an_operand_gives_numpys_answer(name, dt, n, shift, whic
         for _ in range(repeat):
             b2 = buf.copy()
             a2 = [b2[lo : lo + n] if a is src else a for a in args]
-            got = call(*a2, out=b2[hi : hi + n])
+            out = b2[hi : hi + n]
+            got = call(*a2, out=out)
+            assert got is out, (name, op, n, shift, which)  # as numpy returns it
         assert np.array_equal(got, want, equal_nan=True), (name, op, n, shift, which)
 
 
@@ -55,6 +57,40 @@ def test_the_issue_reproducer():
     v = b[1:]
     got = iglu_np.relu.backward(v, b[:-1], out=v)
     assert np.array_equal(got, np.arange(1.0, 3001.0))
+
+
+# --------------------------------------------------------------------------- strided out
+_OUT_VIEWS = {
+    "every other": lambda buf, n: buf[2 : 2 + 2 * n : 2],
+    "reversed": lambda buf, n: buf[2 : 2 + n][::-1],
+    "reversed every other": lambda buf, n: buf[2 : 2 + 2 * n : 2][::-1],
+}
+
+
+@pytest.mark.parametrize("view", sorted(_OUT_VIEWS))
+@pytest.mark.parametrize("n", [5, 300, 5000])
+@pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["float32", "float64"])
+def test_strided_out_is_written_at_its_stride(view, n, dt):
+    """out= a strided or reversed view of a larger buffer, contiguous operands: each value
+    lands in its own element and nothing outside the view changes. Numba's ufunc loop
+    wrote such an out contiguously (relu(x, out=buf[::2]) filled buf[0:5]; a reversed out
+    was written past its end: heap corruption), by the public call and by ``.ufunc``."""
+    rng = np.random.default_rng(n)
+    for name in ("relu", "gelu", "iglu", "softplus"):
+        act = iglu_np.get(name)
+        x = (rng.standard_normal(n) * 3).astype(dt)
+        g = rng.standard_normal(n).astype(dt)
+        calls = [(act, (x,)), (act.backward, (x, g)), (act.ufunc, (x, *(dt(v) for v in act.defaults.values())))]
+        for fn, args in calls:
+            want = fn(*args)
+            buf = np.full(2 * n + 4, -1234.5, dt)
+            out = _OUT_VIEWS[view](buf, n)
+            inside = np.zeros(buf.shape, bool)
+            _OUT_VIEWS[view](inside, n)[...] = True
+            got = fn(*args, out=out)
+            assert got is out, (name, view)
+            assert np.array_equal(out, want, equal_nan=True), (name, view, fn)
+            assert np.all(buf[~inside] == -1234.5), (name, view, fn, "written outside the view")
 
 
 # --------------------------------------------------------------------------- parameter range

@@ -496,7 +496,10 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
                 loop(*ch, 0, ch[0].size, *ps)
             else:
                 _call_ufunc(act, kind, [*ch[:-1], *ps], cdt, ch[-1])
-        return it.operands[-1]
+        res = it.operands[-1]
+    # out itself, as numpy returns it: where out overlaps an input, the iterator's operand
+    # is a temporary, written back into out as the iterator closes
+    return res if out is None else out
 
 
 def _reduction_operands(vals: list, cdt):
