@@ -106,13 +106,13 @@ def widened(cdt, params) -> np.dtype:
     return cdt
 
 
-def unbroadcast(a, shape: tuple):
+def unbroadcast(a, shape: tuple, dtype=None):
     """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape): the
-    gradient of a parameter that was broadcast against x."""
+    gradient of a parameter that was broadcast against x; ``dtype``: the accumulator."""
     if a.shape == shape:
         return a
     nlead = a.ndim - len(shape)
     axes = list(range(nlead))
     axes += [nlead + i for i, n in enumerate(shape) if n == 1 and a.shape[nlead + i] != 1]
-    r = a.sum(axis=tuple(axes), keepdims=True) if axes else a
+    r = a.sum(axis=tuple(axes), keepdims=True, dtype=dtype) if axes else a
     return r.reshape(shape)

@@ -93,6 +93,31 @@ def test_strided_out_is_written_at_its_stride(view, n, dt):
             assert np.all(buf[~inside] == -1234.5), (name, view, fn, "written outside the view")
 
 
+@pytest.mark.parametrize("n", [6, 5000])
+def test_backward_all_read_only_out_is_an_error(n):
+    """A read-only out= to backward_all: run's ValueError, not a Numba TypingError from
+    the one-pass loop (sizes past the loops' minimum reached it)."""
+    x = np.linspace(-2, 2, n).astype(np.float32)
+    ro = np.empty_like(x)
+    ro.setflags(write=False)
+    for name in WITH_PARAMS:
+        with pytest.raises(ValueError, match=f"{name}: out= is read-only"):
+            iglu_np.get(name).backward_all(x, x, out=ro)
+
+
+def test_parameter_gradient_of_a_broadcast_parameter_is_summed_in_float64():
+    """float32, a per-channel parameter: the gradient is summed in float64 and rounded
+    once, as for a scalar parameter (a float32 sum gave -inf for -3e38 - 3e38 + 3e38)."""
+    x = np.full((3, 2), -3e38, np.float32)
+    g = np.array([[1, 1], [1, 1], [-1, -1]], np.float32)
+    act = iglu_np.leaky_relu
+    got = act.backward_params(x, g, negative_slope=np.full((1, 2), 0.01, np.float32))
+    assert got["negative_slope"].dtype == np.float32
+    assert np.array_equal(got["negative_slope"], np.full((1, 2), -3e38, np.float32))
+    one = act.backward_params(x[:, :1], g[:, :1])["negative_slope"]
+    assert one == np.float32(-3e38)
+
+
 # --------------------------------------------------------------------------- parameter range
 def _big_and_tiny(p):
     for v in (1e39, -1e39, 1e-42, -1e-42, 3.5e38):

@@ -317,8 +317,10 @@ def backward_params(act, data, params) -> dict:
     for i, p in enumerate(act.param_names):
         full = _call_ufunc(act, "bwd_" + p, vals, wdt, None)
         pshape = np.shape(vals[2 + i])
+        # Summed in float64 as the loops' block sums are: a float32 sum overflowed where
+        # the gradient is finite (-3e38 - 3e38 + 3e38 gave -inf).
         with np.errstate(over="ignore"):
-            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape)).astype(cdt, copy=False)
+            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape, _F64)).astype(cdt, copy=False)
     return res
 
 
@@ -327,6 +329,9 @@ def backward_all(act, data, params, out):
     (no parameters, array parameters, layouts or sizes they do not take, overlap)."""
     if not act.param_names:
         return None
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        # run's error; the one-pass loop would be typed for a read-only out and fail
+        raise ValueError(f"{act.name}: out= is read-only")
     vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
     if widened(cdt, vals[2:]) != cdt:
         return None
