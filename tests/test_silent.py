@@ -93,6 +93,17 @@ def test_strided_out_is_written_at_its_stride(view, n, dt):
             assert np.all(buf[~inside] == -1234.5), (name, view, fn, "written outside the view")
 
 
+@pytest.mark.parametrize("dt", [np.complex64, np.complex128])
+def test_complex_out_takes_the_values_without_a_warning(dt):
+    """out= complex, as numpy's ufuncs take it (same_kind casting, no ComplexWarning:
+    Numba's ufuncs warned; warnings fail tests here)."""
+    x = np.linspace(-3, 3, 7, dtype=np.float32)
+    for name in ("gelu", "iglu"):
+        out = np.full(7, 9 + 9j, dt)
+        assert iglu_np.get(name)(x, out=out) is out
+        assert np.array_equal(out, iglu_np.get(name)(x).astype(dt))
+
+
 @pytest.mark.parametrize("n", [6, 5000])
 def test_backward_all_read_only_out_is_an_error(n):
     """A read-only out= to backward_all: run's ValueError, not a Numba TypingError from

@@ -268,6 +268,11 @@ def _call_ufunc(act, kind, vals, cdt, out):
     # that is then replaced by its limit): numpy would turn them into warnings.
     try:
         with np.errstate(all="ignore"):
+            if out is not None and out.dtype.kind == "c":
+                # Numba's ufuncs warn (ComplexWarning) casting into a complex out, which
+                # numpy's own take silently: computed, then cast as numpy would.
+                np.copyto(out, cpu.get_ufunc(act.name, kind)(*vals, dtype=cdt), casting="same_kind")
+                return out
             return cpu.get_ufunc(act.name, kind)(*vals, out=out, dtype=cdt)
     except ValueError as e:
         raise ValueError(f"{act.name}: {e}") from None
