@@ -93,6 +93,14 @@ def check(act: Params, p, v):
     """Parameter ``p``'s value ``v`` checked against its domain: a Python number as is,
     a numpy scalar or 0-d value as is, anything else as a numpy array."""
     if type(v) is float or type(v) is int:
+        if type(v) is int:
+            try:
+                float(v)
+            except OverflowError:
+                raise ValueError(
+                    f"{act.name}: parameter {p.name} is an integer beyond float64's range "
+                    f"({len(str(abs(v)))} digits), outside its domain {p.domain}"
+                ) from None
         if not p.contains(v):
             raise ValueError(
                 f"{act.name}: parameter {p.name}={v!r} is outside its domain {p.domain}"

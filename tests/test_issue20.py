@@ -292,6 +292,8 @@ def _error_cases(a):
         bad = (p.lo - 1.0) if p.lo is not None and np.isfinite(p.lo) else (
             (p.hi + 1.0) if p.hi is not None and np.isfinite(p.hi) else np.nan)
         yield f"{p.name} outside its domain", lambda p=p, bad=bad: a(x, **{p.name: bad}), p.name
+        # an int float64 cannot hold: a named ValueError, not float()'s bare OverflowError
+        yield f"{p.name} = 10**400", lambda p=p: a(x, **{p.name: 10**400}), p.name
 
 
 @pytest.mark.parametrize("name", NAMES)
