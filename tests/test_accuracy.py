@@ -189,3 +189,31 @@ def test_underflow_edge_with_parameters(name, dtype):
     for ps in acc.param_sets(iglu_np._spec.REGISTRY[name], dtype):
         bad += _underflow_errors(name, dtype, ps)
     assert not bad, bad
+
+
+# Found by a random search over the parameter domains (2026-11-26): beta x decides
+# PyTorch's branch and must be decided on the exact product. threshold = 0 with an
+# underflowing product returned log(2)/beta (6.9e24 for x = beta = 1e-25) instead of x;
+# beta >= 1e30 (float32) lost the product's low part (two_prod's Dekker-era guard) and
+# took the wrong branch at y = threshold (9e5 ulp) or rounded exp's argument (28 ulp).
+_SOFTPLUS_EDGES = [
+    (np.float32, 1e-25, 1e-25, 0.0),
+    (np.float64, 1e-30, 1e-300, 0.0),
+    (np.float32, 1.3333334316009839e-30, 1.4999999470133356e+30, 2.0),
+    (np.float32, -1.0000000031710769e-30, 5.000000165906768e+31, 20.0),
+    (np.float32, -3e-30, 1e31, 20.0),
+    (np.float64, -4.680817013954923e-297, 1.2657926237370502e+298, -59.24943649327027),
+]
+
+
+@pytest.mark.parametrize("dtype,x,beta,threshold", _SOFTPLUS_EDGES)
+def test_softplus_branch_on_the_exact_product(dtype, x, beta, threshold):
+    spec = iglu_np._spec.REGISTRY["softplus"]
+    xs = np.array([x, -x], dtype)
+    params = {"beta": float(dtype(beta)), "threshold": float(dtype(threshold))}
+    for kind in acc.kinds(spec):
+        with np.errstate(all="ignore"):
+            got = iglu_np.get("softplus")._ufunc(kind)(xs, *[dtype(v) for v in params.values()])
+        true, scale = acc.reference(spec, kind, xs, params)
+        err = acc.ulp_errors(got, true, scale, dtype)
+        assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)

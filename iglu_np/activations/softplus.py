@@ -2,7 +2,7 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import exp_dw, exp_normal, exp_scaled, is_f32, log1p_unit, two_prod
+from .._math import BIG, BIG64, exp_dw, exp_normal, exp_scaled, fma, is_f32, log1p_unit
 from .._spec import Param, define, kernel
 
 
@@ -12,8 +12,15 @@ def _beta_x(x, beta, threshold):
     beta x > threshold decided on the exact product (a rounded product flips the branch,
     and with it a jump of log1p(exp(-threshold))/beta, right at the boundary)."""
     T = type(x)
-    yh, yl = two_prod(beta, x)
-    linear = yh > threshold or (yh == threshold and yl > T(0.0))
+    # two_prod's error term without its |beta|, |x| < 1e30 (float32) guard, a relic of
+    # Dekker's split: beta = 1.5e30, x = 1.33e-30 rounds to y = 2 = threshold exactly and
+    # took the wrong branch (9e5 ulp). Only an overflowing product drops it.
+    yh = beta * x
+    yl = fma(beta, x, -yh)
+    yl = yl if abs(yh) < (T(BIG) if is_f32(x) else T(BIG64)) else T(0.0)
+    # y = 0 with x > 0 is an underflowed product, positive (beta > 0): threshold = 0,
+    # beta = x = 1e-25 (float32) returned log(2)/beta = 6.9e24 instead of x.
+    linear = yh > threshold or (yh == threshold and (yl > T(0.0) or (yh == T(0.0) and x > T(0.0))))
     return yh, yl, linear
 
 
