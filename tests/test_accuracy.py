@@ -217,3 +217,28 @@ def test_softplus_branch_on_the_exact_product(dtype, x, beta, threshold):
         true, scale = acc.reference(spec, kind, xs, params)
         err = acc.ulp_errors(got, true, scale, dtype)
         assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)
+
+
+# CELU with alpha so large that q = x/alpha is subnormal or 0 (the same search): alpha
+# expm1(q) lost q's bits (66 ulp) or gave -0; now x (1 + q/2) for |q| < 2^-30.
+_CELU_EDGES = [
+    (np.float32, -4.0121071305384547e-28, 2.5672287802367537e+29),
+    (np.float32, -8.342224209600263e-15, 4.0099020693468734e+30),
+    (np.float32, -1e-20, 1e20),
+    (np.float64, -3.9935276162696396e-28, 1.3232196093723384e+297),
+    (np.float64, -1e-20, 1e290),
+    (np.float32, -9.3e-10, 1.0),
+    (np.float64, -9.3e-10, 1.0),
+]
+
+
+@pytest.mark.parametrize("dtype,x,alpha", _CELU_EDGES)
+def test_celu_quotient_below_two_to_minus_30(dtype, x, alpha):
+    spec = iglu_np._spec.REGISTRY["celu"]
+    xs = np.array([x, x * 1.5], dtype)
+    params = {"alpha": float(dtype(alpha))}
+    for kind in acc.kinds(spec):
+        got = iglu_np.get("celu")._ufunc(kind)(xs, dtype(alpha))
+        true, scale = acc.reference(spec, kind, xs, params)
+        err = acc.ulp_errors(got, true, scale, dtype)
+        assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)

@@ -1,7 +1,7 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32,
+from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, fma, horner, is_f32,
                      neg_side, two_prod)
 from .._spec import Param, define, kernel
 
@@ -128,6 +128,10 @@ def celu_f(x, alpha):
     if x >= T(0.0):
         return x  # both branches give x = +-0 at 0; this keeps celu(-0.0) = -0.0
     q, ql = _div_dw(x, alpha)
+    if abs(q) < T(9.313225746154785e-10):
+        # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: alpha = 1e20, x =
+        # -1e-20 (float32) made q subnormal and alpha q was 66 ulp off, or 0 below.
+        return fma(x, T(0.5) * q, x)
     m = math.expm1(q)
     if m == T(-1.0):
         return -alpha  # also at x = -inf, where the correction below would be 0 * inf
