@@ -171,3 +171,37 @@ def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatc
     again = touch(f"relu_{h0}.py", old)
     cpu.write_generated("relu", h2, "src = 1\n")
     assert again.exists()
+
+
+_SERIAL_THEN_PARALLEL = r"""
+import sys, numba, numpy as np
+from iglu_np.backends import cpu_fast
+stage = sys.argv[1]
+x = np.linspace(-3, 3, 1 << 17).astype(np.float32)
+o = np.empty_like(x)
+k = cpu_fast.kernel("relu", "fwd", parallel=(stage == "parallel"))
+k(x, o, stage == "parallel")
+if stage == "parallel":
+    sig = k.signatures[0]
+    # a parfor build calls Numba's gufunc scheduler; the single-thread build has no such call
+    print("PARFOR" if "do_scheduling" in k.inspect_asm(sig) else "SERIAL")
+"""
+
+
+def test_serial_and_parallel_builds_do_not_share_a_cache_entry(tmp_path):
+    """Numba's cache key has no `parallel` flag: the single-thread build of k_<kind>, saved
+    first, was loaded as the threaded one by the next process (a 2x slower 'threaded'
+    gelu). Serial build in one process, parallel in the next, one cache directory."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path))
+    env.pop("IGLU_NP_FAST_NOCACHE", None)
+    for stage in ("serial", "parallel"):
+        r = subprocess.run([sys.executable, "-c", _SERIAL_THEN_PARALLEL, stage], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "PARFOR"
+    idx = sorted(p.name for p in tmp_path.rglob("fast_relu_*k_fwd*.nbi"))
+    assert len(idx) == 2 and any("_serial" in n for n in idx), idx
