@@ -86,12 +86,14 @@ def backward_params(act, data, params) -> dict:
             # skipna=False: a NaN gradient must propagate, as on numpy.
             # Accumulated in float64 as on numpy (a float32 sum overflows where the
             # gradient is finite), then rounded once to the compute dtype.
-            red = full.sum(dim=[d for d in full.dims if d not in pv.dims], skipna=False,
-                           dtype=np.float64).astype(full.dtype)
+            with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
+                red = full.sum(dim=[d for d in full.dims if d not in pv.dims], skipna=False,
+                               dtype=np.float64).astype(full.dtype)
             red = red.transpose(*pv.dims).rename(p)
             red.attrs = {}  # x's attributes (units ...) do not describe a gradient in p
             res[p] = red
         else:
             red = _unbroadcast(full.data, np.shape(plain[p]) if p in plain else (), np.float64)
-            res[p] = red.astype(full.dtype)
+            with np.errstate(over="ignore"):
+                res[p] = red.astype(full.dtype)
     return res
