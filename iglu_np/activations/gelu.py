@@ -631,8 +631,7 @@ def _axn(x, a):
     NaN there; these selects left out of the bulk loops: gelu_a float64's forward 116 ->
     104 instructions per vector)."""
     T = type(x)
-    p = a * x
-    e = fma(a, x, -p)
+    p, e, _ = _axn_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)
     p = T(0.0) if z else p
     e = T(0.0) if z else e
