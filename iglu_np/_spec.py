@@ -122,6 +122,7 @@ class ActivationSpec:
     paper_table: bool = False
     bulk: Mapping = field(default_factory=dict)
     bulk_domain: Callable | None = None
+    prepared: Mapping = field(default_factory=dict)
 
     @property
     def param_names(self) -> tuple:
@@ -143,6 +144,17 @@ class ActivationSpec:
         for p in self.params:
             out["d" + p.name] = self.dparams[p.name]
         return out
+
+    def prepared_for(self, which: str):
+        """``(prep, fn, n)`` for kernel ``which`` (``"f"``, ``"dx"``, ``"d<param>"``):
+        its parameter-only part ``prep(*params)`` (an ``n``-tuple) and ``fn(x, *params,
+        *prep(*params))``; None where the spec declares none (see :func:`define`)."""
+        key = which if which in ("f", "dx") else which[1:]
+        got = self.prepared.get(key)
+        if got is None:
+            return None
+        prep, fn = got
+        return prep, fn, len(prep(*(float(d) for d in self.defaults.values())))
 
 
 _REGISTRY: dict = {}
@@ -176,6 +188,7 @@ def define(
     paper_table: bool = False,
     bulk: Mapping | None = None,
     bulk_domain: Callable | None = None,
+    prepared: Mapping | None = None,
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -207,6 +220,12 @@ def define(
     the exact kernel; the CuPy C++ takes it per element where the domain holds; the ufuncs
     and the Numba CUDA kernels run the exact kernels. The tests check the bit equality
     (tests/test_bulk.py, and the host-compiled C++ against the CPU).
+
+    ``prepared`` maps the same keys to ``(prep, fn)``: ``prep(*params)`` returns a tuple of
+    values that depend on the parameters alone, and ``fn(x, *params, *prep(*params))``
+    returns the kernel's bits. GPU kernels whose parameters are scalars (the CuPy vector
+    kernels, the Numba CUDA ones) compute ``prep`` once per thread, not once per element
+    (tests/test_prepared.py checks the bit equality on the CPU and in the host C++).
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -222,7 +241,13 @@ def define(
         raise ValueError(f"{name}: bulk keys {sorted(bulk)} not in 'f', 'dx', {names}")
     if bool(bulk) != (bulk_domain is not None):
         raise ValueError(f"{name}: bulk kernels and bulk_domain go together")
-    for fn in [f, dx, *dparams.values(), *bulk.values(), *([bulk_domain] if bulk else [])]:
+    prepared = dict(prepared or {})
+    if set(prepared) - {"f", "dx", *names}:
+        raise ValueError(f"{name}: prepared keys {sorted(prepared)} not in 'f', 'dx', {names}")
+    if any(not (isinstance(v, tuple) and len(v) == 2) for v in prepared.values()):
+        raise ValueError(f"{name}: prepared values must be (prep, fn) pairs")
+    for fn in [f, dx, *dparams.values(), *bulk.values(), *([bulk_domain] if bulk else []),
+               *(g for v in prepared.values() for g in v)]:
         kernel(fn)
     module = getattr(f, "__module__", None) or "?"  # the declaring module, as for docs
     spec = ActivationSpec(
@@ -252,6 +277,7 @@ def define(
         paper_table=bool(paper_table),
         bulk=MappingProxyType(bulk),
         bulk_domain=bulk_domain,
+        prepared=MappingProxyType(prepared),
     )
     _REGISTRY[name] = spec
     return spec

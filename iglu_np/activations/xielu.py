@@ -128,6 +128,14 @@ def _xielu_root_form(x, an, beta, hi):
 
 
 @kernel
+def _xielu_root_applies(an, beta, hi):
+    """_xielu_dx_neg's parameter test (written out there: as a call, its float64 loop ran
+    3-5% slower on one znver4 thread)."""
+    T = type(an)
+    return beta > T(0.0) and an < T(BIG) and hi >= T(-40.0)
+
+
+@kernel
 def _xielu_dx_neg(x, an, beta):
     """alpha_n expm1(x) + beta for x <= eps. Near the root (69 ulp at x = -1 in float64
     with the defaults) the same function is (alpha_n - beta) expm1(x - x0): with x0 a
@@ -140,6 +148,40 @@ def _xielu_dx_neg(x, an, beta):
     hi = math.log1p(-beta / an)
     if beta > T(0.0) and an < T(BIG) and hi >= T(-40.0) and T(2.0) * hi <= x and x <= T(0.5) * hi:
         k, c, arg = _xielu_root_form(x, an, beta, hi)
+    return k * math.expm1(arg) + c
+
+
+# The float64 root x0 = hi + lo depends on the parameters alone, but a GPU thread ran
+# xielu_root_lo (~250 float64 operations) for each element between 2 x0 and x0/2, and a
+# warp for each such lane: the float64 backward took 1.97 ms at 2^26 elements on an H100,
+# 3.5x the limit, and 0.56 ms (the limit) with lo computed once (same bits; a probe that
+# edited the generated C++). Kernels whose parameters are scalars compute (hi, lo) once per
+# thread (the spec's ``prepared``) and take the derivative below.
+@kernel
+def xielu_dx_prep(ap, an, beta, eps):
+    """(hi, lo) of xielu_dx's float64 root x0 = hi + lo (lo = 0 where its root form does
+    not apply; both 0 in float32, whose derivative runs its own narrow root band)."""
+    T = type(an)
+    hi = T(0.0)
+    lo = T(0.0)
+    if not is_f32(an):
+        hi = math.log1p(-beta / an)
+        if _xielu_root_applies(an, beta, hi):
+            lo = xielu_root_lo(an, beta, hi)
+    return hi, lo
+
+
+@kernel
+def xielu_dx_prepared(x, ap, an, beta, eps, hi, lo):
+    """xielu_dx(x, ap, an, beta, eps), bit for bit, given (hi, lo) = xielu_dx_prep(...)."""
+    T = type(x)
+    if is_f32(x) or not (x <= eps):
+        return xielu_dx(x, ap, an, beta, eps)
+    k = an
+    c = beta
+    arg = x
+    if _xielu_root_applies(an, beta, hi) and T(2.0) * hi <= x and x <= T(0.5) * hi:
+        k, c, arg = an - beta, T(0.0), (x - hi) - lo
     return k * math.expm1(arg) + c
 
 
@@ -377,6 +419,7 @@ define(
     dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
     bulk={"dx": xielu_dx_bulk},
     bulk_domain=_xielu_bulk_domain,
+    prepared={"dx": (xielu_dx_prep, xielu_dx_prepared)},
     ref=_ref_xielu,
     ref_dx=_ref_xielu_dx,
     ref_dparams={

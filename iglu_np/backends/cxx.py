@@ -105,6 +105,29 @@ def _wrapper(spec, which: str, fn, bulk=None) -> str:
     )
 
 
+def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
+    """``<name>_<which>_prep`` (the parameter-only part, once per thread) and
+    ``<name>_<which>_at`` (the kernel given it; the bulk kernel first, as ``_wrapper``)."""
+    from .cxx_gen import function_name
+
+    ps = spec.param_names
+    psig = ", ".join(f"T {p}" for p in ps)
+    pcall = ", ".join(ps)
+    call = ", ".join(["x", *ps])
+    fields = ", ".join(f"pre.{'abcd'[k]}" for k in range(n)) if n > 1 else "pre"
+    take_bulk = ""
+    if bulk is not None:
+        take_bulk = (f"  if ({function_name(spec.bulk_domain)}({call})) "
+                     f"return T({function_name(bulk)}({call}));\n")
+    return (
+        f"template <class T> IGLU_NP_HOST_DEVICE auto {spec.name}_{which}_prep({psig}) {{\n"
+        f"  return {function_name(prep)}({pcall});\n}}\n\n"
+        f"template <class T, class P> IGLU_NP_HOST_DEVICE T {spec.name}_{which}_at("
+        f"T x, {psig}, const P& pre) {{\n"
+        f"{take_bulk}  return T({function_name(fn)}({call}, {fields}));\n}}"
+    )
+
+
 def _bulk_of(spec, which: str):
     """The bulk kernel standing in for ``<name>_<which>`` (fwd, dx, d<p>), or None."""
     key = "f" if which == "fwd" else ("dx" if which == "dx" else which[1:])
@@ -123,11 +146,15 @@ def _spec_cxx(name: str, fns: tuple) -> str:
     # SIMD, two double-word steps on every element: 3.1x the copy limit on an H200).
     bulk = [_bulk_of(spec, which) for which, _ in fns]
     extra = [b for b in bulk if b is not None] + ([spec.bulk_domain] if any(b is not None for b in bulk) else [])
+    prepared = [spec.prepared_for("f" if which == "fwd" else which) for which, _ in fns]
+    extra += [g for pr in prepared if pr is not None for g in pr[:2]]
     try:
         body = translate([fn for _, fn in fns] + extra)
     except TranslationError as e:
         raise NoCxxError(f"{spec.name}: its kernels do not translate to C++ ({e})") from None
     entry = [_wrapper(spec, which, fn, b) for (which, fn), b in zip(fns, bulk)]
+    entry += [_prepared_wrappers(spec, which, *pr, bulk=b)
+              for (which, _), b, pr in zip(fns, bulk, prepared) if pr is not None]
     return (
         "namespace iglu_np {\n\n" + body + "\n\n// entry points\n" + "\n\n".join(entry)
         + "\n\n}  // namespace iglu_np\n"
@@ -259,8 +286,14 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     pnames = tuple("p_" + p for p in spec.param_names)
     name = vector_kernel_name(spec, kind, ddt)
 
+    which = Kind.parse(kind).scalar
+    prep = _prep_line(spec, which, ctype, pnames, "  ")
+
     def value(ix):
-        call = f"iglu_np::{fn}<{ctype}>(" + ", ".join([f"({ctype})x[{ix}]", *pnames]) + ")"
+        args = [f"({ctype})x[{ix}]", *pnames]
+        call = f"iglu_np::{fn}<{ctype}>(" + ", ".join(args) + ")"
+        if prep:  # the parameter-only part once per thread (the spec's ``prepared``)
+            call = f"iglu_np::{fn}_at<{ctype}>(" + ", ".join([*args, "pre"]) + ")"
         if times_grad:
             call = f"({ctype})g[{ix}] * {call}"
         return f"(D)({call})"
@@ -276,6 +309,7 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
         f"  const long long nvec = n / {lanes};\n"
         "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
         "  const long long stride = (long long)blockDim.x * gridDim.x;\n"
+        f"{prep}"
         "  for (long long i = tid; i < nvec; i += stride) {\n"
         f"{vloads}"
         "    V r;\n"
@@ -290,6 +324,14 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     body = f"\nnamespace iglu_np_vec_{name} {{\n{body}}}\n"
     src = vector_preamble(spec, ddt) + body
     return VectorKernelSource(name=name, source=src, lanes=lanes, n_data=len(data), compute=ctype, body=body)
+
+
+def _prep_line(spec, which: str, ctype: str, pnames, ind: str) -> str:
+    """The declaration of ``pre`` (the spec's ``prepared`` part of kernel ``which``) for a
+    kernel whose parameters are the scalars ``pnames``, or ''."""
+    if spec.prepared_for(which) is None:
+        return ""
+    return f"{ind}const auto pre = iglu_np::{spec.name}_{which}_prep<{ctype}>({', '.join(pnames)});\n"
 
 
 _VEC_STRUCT = """
@@ -318,11 +360,19 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
     pnames = [f"p_{p}" for p in ps]
     name = f"iglu_np_{spec.name}_bwdall_vec_{ddt.name}"
 
+    preps = {w: _prep_line(spec, w, ctype, pnames, "  ").replace(" pre =", f" pre_{w} =")
+             for w in ("dx", *(f"d{p}" for p in ps))}
+
+    def call(w, args):
+        if preps[w]:  # the parameter-only part once per thread (the spec's ``prepared``)
+            return f"iglu_np::{spec.name}_{w}_at<{ctype}>({args}, pre_{w})"
+        return f"iglu_np::{spec.name}_{w}<{ctype}>({args})"
+
     def step(xv, gv, ind):
         args = ", ".join(["xi", *pnames])
         lines = [f"{ind}const {ctype} xi = ({ctype}){xv};", f"{ind}const {ctype} gi = ({ctype}){gv};"]
-        lines += [f"{ind}acc_{p} += (double)(gi * iglu_np::{spec.name}_d{p}<{ctype}>({args}));" for p in ps]
-        lines.append(f"{ind}const D yi = (D)(gi * iglu_np::{spec.name}_dx<{ctype}>({args}));")
+        lines += [f"{ind}acc_{p} += (double)(gi * {call('d' + p, args)});" for p in ps]
+        lines.append(f"{ind}const D yi = (D)(gi * {call('dx', args)});")
         return lines
 
     args = ["const D* __restrict__ x", "const D* __restrict__ g", "D* __restrict__ y",
@@ -335,6 +385,7 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
         "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
         "  const long long stride = (long long)blockDim.x * gridDim.x;",
         *(f"  double acc_{p} = 0.0;" for p in ps),
+        *(line.rstrip("\n") for line in preps.values() if line),
         "  for (long long i = tid; i < nvec; i += stride) {",
         "    const V xv = reinterpret_cast<const V*>(x)[i];",
         "    const V gv = reinterpret_cast<const V*>(g)[i];",

@@ -308,7 +308,8 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     data = ["x", "g"] if two else ["x"]
     pn = [f"p{k}" for k in range(len(params))]
     idx, decomp = _index(ndim)
-    pv = [f"_CT({p}[{idx}])" if a else p for p, a in zip(pn, arrays)]
+    hs = _prep_names(spec, kd.scalar, arrays)
+    pv = [f"_CT({p}[{idx}])" if a else p for p, a in zip(pn, arrays)] + hs
     call = f"_fn(_CT(x[{idx}]), {', '.join(pv)})" if pv else f"_fn(_CT(x[{idx}]))"
     val = f"_CT(g[{idx}]) * {call}" if two else call
     sig = ["n", *data, *pn]
@@ -339,7 +340,7 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
             loads += [f"    g{k} = _CT(g[{q[k]}])" for k in range(4)]
         calls = []
         for k in range(4):
-            pk = [f"_CT({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)]
+            pk = [f"_CT({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)] + hs
             calls.append(f"_fn({', '.join([f'x{k}', *pk])})")
         vals = [f"g{k} * {c}" if two else c for k, c in enumerate(calls)]
         body = ["while i + 3 * st < n:", *loads,
@@ -352,8 +353,35 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
                 "    i += st"]
     fname = f"iglu_np_{spec.name}_{kd.compact}"
     lines = [f"def {fname}({', '.join(sig)}):", "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"]
-    lines += ["    " + b for b in body]
+    lines += ["    " + b for b in _prep_lines("_prep", hs, pn) + body]
     return fname, "\n".join(lines) + "\n"
+
+
+def _prep_names(spec, which, arrays):
+    """Names of the prepared values (the spec's ``prepared`` part of kernel ``which``,
+    computed once per thread) when every parameter is a scalar, else []."""
+    pr = spec.prepared_for(which)
+    if pr is None or any(arrays):
+        return []
+    return [f"_h{which}{j}" for j in range(pr[2])]
+
+
+def _prep_lines(fn, hs, pn):
+    if not hs:
+        return []
+    return [f"_hh = {fn}({', '.join(pn)})", *(f"{h} = _hh[{j}]" for j, h in enumerate(hs))]
+
+
+def _bind(g, spec, which, arrays, fn_name, prep_name):
+    """Bind ``fn_name`` to kernel ``which``'s device function (the prepared form and
+    ``prep_name`` its parameter-only part where :func:`_prep_names` gives names)."""
+    if _prep_names(spec, which, arrays):
+        prep, fn, _ = spec.prepared_for(which)
+        with _lock:
+            g[fn_name] = _rebinder()(fn)
+            g[prep_name] = _rebinder()(prep)
+    else:
+        g[fn_name] = device_function(spec.name, which)
 
 
 def _source_all(spec, ndim):
@@ -363,12 +391,17 @@ def _source_all(spec, ndim):
     ps = spec.param_names
     pn = [f"p{k}" for k in range(len(ps))]
     idx, decomp = _index(ndim)
-    args = ", ".join(["xi", *pn])
+    scal = (False,) * len(ps)
+    hx = _prep_names(spec, "dx", scal)
+    hd = [_prep_names(spec, "d" + p, scal) for p in ps]
     body = [f"s{k} = _ACC(0.0)" for k in range(len(ps))]
+    body += _prep_lines("_prep", hx, pn)
+    for k in range(len(ps)):
+        body += _prep_lines(f"_prepd{k}", hd[k], pn)
     body += ["while i < n:", *["    " + d for d in decomp],
              f"    xi = _CT(x[{idx}])", f"    gi = _CT(g[{idx}])",
-             f"    out[{idx}] = gi * _fn({args})"]
-    body += [f"    s{k} += _ACC(gi * _fd{k}({args}))" for k in range(len(ps))]
+             f"    out[{idx}] = gi * _fn({', '.join(['xi', *pn, *hx])})"]
+    body += [f"    s{k} += _ACC(gi * _fd{k}({', '.join(['xi', *pn, *hd[k]])}))" for k in range(len(ps))]
     body += ["    i += st", "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x"]
     for k in range(len(ps)):
         body += [f"buf[t] = s{k}", "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
@@ -414,11 +447,12 @@ def _kernel_all(name, compute, ndim):
                 spec = REGISTRY[name]
                 cuda = _cuda()
                 fname, src = _source_all(spec, ndim)
-                g = {"cuda": cuda, "_fn": device_function(name, "dx"),
-                     "_CT": np.dtype(compute).type, "_ACC": np.float64,
+                g = {"cuda": cuda, "_CT": np.dtype(compute).type, "_ACC": np.float64,
                      "_BLOCK": SIM_THREADS if simulator() else THREADS}
+                scal = (False,) * len(spec.params)
+                _bind(g, spec, "dx", scal, "_fn", "_prep")
                 for j, p in enumerate(spec.param_names):
-                    g[f"_fd{j}"] = device_function(name, "d" + p)
+                    _bind(g, spec, "d" + p, scal, f"_fd{j}", f"_prepd{j}")
                 exec(compile(src, f"<iglu_np.backends.numba_cuda {fname}>", "exec"), g)
                 g[fname].__iglu_np_source__ = src
                 k = _state[key] = cuda.jit(g[fname])
@@ -508,11 +542,11 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
         fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
         g = {
             "cuda": cuda,
-            "_fn": device_function(name, _which(kind)),
             "_CT": compute.type,
             "_ACC": np.float64,
             "_BLOCK": SIM_THREADS if simulator() else THREADS,
         }
+        _bind(g, spec, _which(kind), arrays, "_fn", "_prep")
         exec(compile(src, f"<iglu_np.backends.numba_cuda {fname}>", "exec"), g)
         fn = _state[key] = g[fname]
         fn.__iglu_np_source__ = src
