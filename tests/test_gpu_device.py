@@ -158,3 +158,28 @@ def test_info_reports_gpu_backends_usable(cupy, cuda):
 
     st = backend_status()
     assert st["cupy"][0] and st["numba_cuda"][0], st
+
+
+PARAMETRISED = [n for n in NAMES if iglu_np.get(n).param_names]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", PARAMETRISED)
+def test_backward_all_matches_cpu(cupy, name, dt):
+    """The fused one-pass backward (CuPy's vector kernel, which computes a spec's
+    ``prepared`` part once per thread): grad_x bit for bit with the CPU, each parameter's
+    gradient (a float64 sum in another order) to 1e-10 relative of the sum of |terms|."""
+    act = iglu_np.get(name)
+    ps = _params(act)
+    x = _points(dt)
+    x = x[np.abs(x) <= 1000]  # the tails, without sums that overflow
+    g = np.linspace(-2, 2, x.size).astype(dt)
+    gx, gp = act.backward_all(cupy.asarray(x), cupy.asarray(g), **ps)
+    want_x, want_p = act.backward_all(x, g, **ps)
+    _same(cupy.asnumpy(gx), want_x, f"{name} backward_all grad_x")
+    terms = act.dparams(x, **ps)
+    for p, v in want_p.items():
+        scale = float(np.sum(np.abs(g.astype(np.float64) * terms[p].astype(np.float64)))) or 1.0
+        got = float(cupy.asnumpy(gp[p]))
+        assert got == float(v) or abs(got - float(v)) <= 1e-10 * scale + 2 * float(np.spacing(np.abs(v).astype(dt))), (
+            f"{name} d_{p}: gpu {got!r} cpu {float(v)!r} (scale {scale:.3g})")

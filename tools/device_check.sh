@@ -62,7 +62,7 @@ OTHER=${OTHER:-identity iglu gelu silu xielu}
 timeout "${BENCH_S:-150}" $PY -m iglu_np.cli bench --device gpu --dtype float32 --json $F32 \
     > "$OUT/bench_f32.json" 2> "$OUT/bench_err.txt"
 log "bench float32 rc=$?"
-[ -n "$OTHER" ] && timeout "${BENCH2_S:-90}" $PY -m iglu_np.cli bench --device gpu --dtype float16,float64 --json $OTHER \
+[ -n "$OTHER" ] && timeout "${BENCH2_S:-120}" $PY -m iglu_np.cli bench --device gpu --dtype float16,float64 --json $OTHER \
     > "$OUT/bench_f16_f64.json" 2>> "$OUT/bench_err.txt"
 log "bench float16,float64 rc=$?"
 $PY - "$OUT" <<'EOF' > "$OUT/bench.md" 2>&1
