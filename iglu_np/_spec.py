@@ -154,9 +154,13 @@ class ActivationSpec:
         if got is None:
             return None
         prep, fn = got
-        return prep, fn, len(prep(*(float(d) for d in self.defaults.values())))
+        n = _PREPARED_N.get(prep)
+        if n is None:  # the tuple's length, from one plain-Python call at the defaults
+            n = _PREPARED_N[prep] = len(prep(*(float(d) for d in self.defaults.values())))
+        return prep, fn, n
 
 
+_PREPARED_N: dict = {}  # prep -> the length of its tuple (see prepared_for)
 _REGISTRY: dict = {}
 REGISTRY: Mapping = MappingProxyType(_REGISTRY)
 

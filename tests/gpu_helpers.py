@@ -305,13 +305,18 @@ def host_source(spec) -> str:
 
 def host_library(spec, flags=("-O2", "-ffp-contract=off"), workdir=None):
     """Compile :func:`host_source` with g++ and load it; returns (ctypes.CDLL, compile log)."""
+    return compile_host(host_source(spec), spec.name, flags, workdir)
+
+
+def compile_host(src: str, stem: str, flags=("-O2", "-ffp-contract=off"), workdir=None):
+    """Compile the C++ ``src`` into a shared library with g++ and load it; returns
+    (ctypes.CDLL, compile log)."""
     ok, gxx = gxx_status()
     if not ok:
         raise RuntimeError(gxx)
-    src = host_source(spec)
     key = hashlib.sha256((src + repr(flags)).encode()).hexdigest()[:16]
     d = Path(workdir or tempfile.mkdtemp(prefix="iglu_np_host_"))
-    cpp, so = d / f"{spec.name}_{key}.cpp", d / f"{spec.name}_{key}.so"
+    cpp, so = d / f"{stem}_{key}.cpp", d / f"{stem}_{key}.so"
     cpp.write_text(src)
     r = subprocess.run(
         [gxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", *flags, str(cpp), "-o", str(so)],
@@ -338,6 +343,15 @@ def host_call(lib, spec, kind, dtype, x, g=None, params=()):
     fn.restype = None
     fn(*[a.ctypes.data_as(ptr) for a in arrs], out.ctypes.data_as(ptr), x.size)
     return out
+
+
+def assert_same_bits(got, want, what):
+    """Bit for bit (NaN == NaN; the sign of zero counts)."""
+    got, want = np.asarray(got).ravel(), np.asarray(want).ravel()
+    assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
+    u = f"u{got.itemsize}"
+    bad = np.nonzero((got.view(u) != want.view(u)) & ~(np.isnan(got) & np.isnan(want)))[0]
+    assert bad.size == 0, f"{what}: {bad.size} differ, first at {bad[0]}: got {got[bad[0]]!r} want {want[bad[0]]!r}"
 
 
 def ulp_diff(a, b) -> np.ndarray:

@@ -33,13 +33,7 @@ def _points(dt, n=4099):
         return x.astype(dt)
 
 
-def _same(got, want, what):
-    """Bit for bit (NaN == NaN; the sign of zero counts)."""
-    got, want = np.asarray(got).ravel(), np.asarray(want).ravel()
-    assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
-    u = f"u{got.itemsize}"
-    bad = np.nonzero((got.view(u) != want.view(u)) & ~(np.isnan(got) & np.isnan(want)))[0]
-    assert bad.size == 0, f"{what}: {bad.size} differ, first at {bad[0]}: gpu {got[bad[0]]!r} cpu {want[bad[0]]!r}"
+_same = H.assert_same_bits  # got: the GPU's, want: the CPU's
 
 
 def _close(got, want, dt, what, spec=None, kind=None, x=None, g=None, ps=None):

@@ -7,11 +7,7 @@ recomputation made the float64 backward 3.5x the bandwidth limit on an H100)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -29,11 +25,7 @@ DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
 
 
-def _same(got, want, what):
-    gb = np.asarray(got).view(np.uint32 if got.dtype == np.float32 else np.uint64)
-    wb = np.asarray(want).view(gb.dtype)
-    bad = np.flatnonzero((gb != wb) & ~(np.isnan(got) & np.isnan(want)))
-    assert bad.size == 0, f"{what}: {bad.size} differ, first x index {bad[0]}: {got[bad[0]]!r} != {want[bad[0]]!r}"
+_same = H.assert_same_bits
 
 
 def _which_keys(spec):
@@ -105,16 +97,8 @@ def test_prepared_equals_exact_in_host_cxx(name):
     if not ok:
         pytest.skip(gxx)
     spec = REGISTRY[name]
-    src = _host_source(spec)
-    d = Path(tempfile.mkdtemp(prefix="iglu_np_prep_"))
-    key = hashlib.sha256(src.encode()).hexdigest()[:12]
-    cpp, so = d / f"{name}_{key}.cpp", d / f"{name}_{key}.so"
-    cpp.write_text(src)
-    r = subprocess.run([gxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-O2",
-                        "-ffp-contract=off", str(cpp), "-o", str(so)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert not r.stderr.strip(), r.stderr
-    lib = ctypes.CDLL(str(so))
+    lib, log = H.compile_host(_host_source(spec), f"{name}_prepared")
+    assert not log, log
     for dtype, ct, cty in ((np.float32, "float", ctypes.c_float), (np.float64, "double", ctypes.c_double)):
         ptr = ctypes.POINTER(cty)
         for which in _which_keys(spec):

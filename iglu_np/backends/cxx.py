@@ -95,14 +95,20 @@ def _wrapper(spec, which: str, fn, bulk=None) -> str:
     ps = spec.param_names
     sig = ", ".join(["T x", *(f"T {p}" for p in ps)])
     call = ", ".join(["x", *ps])
-    take_bulk = ""
-    if bulk is not None:
-        take_bulk = (f"  if ({function_name(spec.bulk_domain)}({call})) "
-                     f"return T({function_name(bulk)}({call}));\n")
     return (
         f"template <class T> IGLU_NP_HOST_DEVICE T {spec.name}_{which}({sig}) {{\n"
-        f"{take_bulk}  return T({function_name(fn)}({call}));\n}}"
+        f"{_take_bulk(spec, bulk, call)}  return T({function_name(fn)}({call}));\n}}"
     )
+
+
+def _take_bulk(spec, bulk, call: str) -> str:
+    """The entry points' first line: the bulk kernel where ``bulk_domain`` holds ('' without)."""
+    from .cxx_gen import function_name
+
+    if bulk is None:
+        return ""
+    return (f"  if ({function_name(spec.bulk_domain)}({call})) "
+            f"return T({function_name(bulk)}({call}));\n")
 
 
 def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
@@ -115,16 +121,12 @@ def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
     pcall = ", ".join(ps)
     call = ", ".join(["x", *ps])
     fields = ", ".join(f"pre.{'abcd'[k]}" for k in range(n)) if n > 1 else "pre"
-    take_bulk = ""
-    if bulk is not None:
-        take_bulk = (f"  if ({function_name(spec.bulk_domain)}({call})) "
-                     f"return T({function_name(bulk)}({call}));\n")
     return (
         f"template <class T> IGLU_NP_HOST_DEVICE auto {spec.name}_{which}_prep({psig}) {{\n"
         f"  return {function_name(prep)}({pcall});\n}}\n\n"
         f"template <class T, class P> IGLU_NP_HOST_DEVICE T {spec.name}_{which}_at("
         f"T x, {psig}, const P& pre) {{\n"
-        f"{take_bulk}  return T({function_name(fn)}({call}, {fields}));\n}}"
+        f"{_take_bulk(spec, bulk, call)}  return T({function_name(fn)}({call}, {fields}));\n}}"
     )
 
 
@@ -326,12 +328,12 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     return VectorKernelSource(name=name, source=src, lanes=lanes, n_data=len(data), compute=ctype, body=body)
 
 
-def _prep_line(spec, which: str, ctype: str, pnames, ind: str) -> str:
-    """The declaration of ``pre`` (the spec's ``prepared`` part of kernel ``which``) for a
+def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre") -> str:
+    """The declaration of ``var`` (the spec's ``prepared`` part of kernel ``which``) for a
     kernel whose parameters are the scalars ``pnames``, or ''."""
     if spec.prepared_for(which) is None:
         return ""
-    return f"{ind}const auto pre = iglu_np::{spec.name}_{which}_prep<{ctype}>({', '.join(pnames)});\n"
+    return f"{ind}const auto {var} = iglu_np::{spec.name}_{which}_prep<{ctype}>({', '.join(pnames)});\n"
 
 
 _VEC_STRUCT = """
@@ -360,7 +362,7 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
     pnames = [f"p_{p}" for p in ps]
     name = f"iglu_np_{spec.name}_bwdall_vec_{ddt.name}"
 
-    preps = {w: _prep_line(spec, w, ctype, pnames, "  ").replace(" pre =", f" pre_{w} =")
+    preps = {w: _prep_line(spec, w, ctype, pnames, "  ", f"pre_{w}")
              for w in ("dx", *(f"d{p}" for p in ps))}
 
     def call(w, args):
