@@ -242,3 +242,45 @@ def test_celu_quotient_below_two_to_minus_30(dtype, x, alpha):
         true, scale = acc.reference(spec, kind, xs, params)
         err = acc.ulp_errors(got, true, scale, dtype)
         assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)
+
+
+# In-domain parameters so large (or small) that an intermediate over- or underflowed
+# where the result does not (the random search of 2026-11-26; before the fix each gave
+# 0, inf or thousands of ulp): sigma x or (pi sigma) sigma overflowing to a 0 where the
+# value is subnormal (z_gate, z_approx, iglu's d_sigma), x^2 overflowing where x^2/pi
+# does not (iglu d_sigma), alpha e^x with e^(x + 64 ln 2) underflowing (elu dx), x^2
+# underflowing under alpha_n's factor (xielu's value, once of the wrong sign). Errors
+# are measured down to the subnormal spacing: the default floor (the smallest normal
+# number) would pass a 0 for a subnormal value.
+_EXTREME_PARAMETERS = [
+    ("iglu", np.float32, [3.0, -3.0, 1e-19, np.inf], {"sigma": 1e20}),
+    ("iglu", np.float64, [3.0, -3.0, np.inf], {"sigma": 1e155}),
+    ("iglu", np.float32, [3e19, -3e19, 1e19], {"sigma": 1e-30}),
+    ("z_gate", np.float32, [-1e5, -1e3, 1e5], {"sigma": 1e35}),
+    ("z_gate", np.float64, [-1e5, -1e3, 1e5], {"sigma": 1e305}),
+    ("z_gate", np.float32, [-3e38, -1e38, 1e38], {"sigma": 1e-39}),
+    ("z_approx", np.float32, [-1e5, -1e9, 1e5], {"sigma": 1e35}),
+    ("z_approx", np.float64, [-1e5, -1e3, 1e5], {"sigma": 1e305}),
+    ("elu", np.float64, [-1000.0, -745.0, -800.0], {"alpha": 3.7e272}),
+    ("elu", np.float32, [-138.4, -150.0, -120.0], {"alpha": 4.6e26}),
+    ("xielu", np.float32, [-1e-22, -3e-22, -1e-20],
+     {"alpha_p": 0.8, "alpha_n": 1e20, "beta": 0.5, "eps": 0.0}),
+    ("xielu", np.float32, [-1e-23, -1e-22, -1e-30],
+     {"alpha_p": 0.8, "alpha_n": 2.8e31, "beta": 0.5, "eps": 0.0}),
+    ("xielu", np.float64, [-3e-162, -1e-160, -1e-158],
+     {"alpha_p": 0.8, "alpha_n": 1e300, "beta": 0.5, "eps": 0.0}),
+]
+
+
+@pytest.mark.parametrize("name,dtype,xs,params", _EXTREME_PARAMETERS,
+                         ids=[f"{n}-{d.__name__}-{list(p.values())}" for n, d, _, p in _EXTREME_PARAMETERS])
+def test_extreme_parameters_without_intermediate_overflow(name, dtype, xs, params):
+    spec = iglu_np._spec.REGISTRY[name]
+    x = np.array(xs, dtype)
+    params = {k: float(dtype(v)) for k, v in params.items()}
+    for kind in acc.kinds(spec):
+        with np.errstate(all="ignore"):
+            got = iglu_np.get(name)._ufunc(kind)(x, *[dtype(params[p]) for p in spec.param_names])
+        true, scale = acc.reference(spec, kind, x, params, adaptive=True)
+        err = acc.ulp_errors(got, true, scale, dtype, subnormal=True)
+        assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)

@@ -1,8 +1,8 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, fma, horner, is_f32,
-                     neg_side, two_prod)
+from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
+                     horner, is_f32, neg_side, two_prod)
 from .._spec import Param, define, kernel
 
 # (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
@@ -58,10 +58,10 @@ def elu_dx(x, alpha):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    # alpha e^x as (alpha m) sc (exp_scaled): rounded once where e^x is subnormal and alpha
-    # large (alpha = 1000: e^x rounded first, then multiplied, was 499 subnormal steps off).
-    m, sc = exp_scaled(x, T(0.0))
-    return (alpha * m) * sc
+    # alpha e^x as (a m) sc: rounded once where e^x is subnormal and alpha large (alpha =
+    # 1000: e^x rounded first, then multiplied, was 499 subnormal steps off).
+    a, m, sc = exp_scaled_times(x, alpha)
+    return (a * m) * sc
 
 
 @kernel

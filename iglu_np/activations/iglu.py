@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from .._math import PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32, padded
+from .._math import (_TWO_64, _TWO_M64, PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner,
+                     is_f32, padded)
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -136,19 +137,31 @@ INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
 
 # --------------------------------------------------------------------------- Z gate
 @kernel
+def recip_sx(x, sigma):
+    """1/(sigma x) without forming sigma x, which overflows for sigma |x| > max and made
+    the gate's subnormal tail 0 (z_gate float32, sigma = 1e35, x = -1e5: 0 for 3.2e-41).
+    Rounded twice, as 1/t was; 1/sigma is loop-invariant (hoisted from the loops, so one
+    division per element as before). sigma < 2^-64 is scaled by 2^64 first so that
+    1/sigma does not overflow."""
+    T = type(x)
+    small = sigma < T(_TWO_M64)
+    inv = T(1.0) / (sigma * T(_TWO_64) if small else sigma)
+    return (inv / x) * (T(_TWO_64) if small else T(1.0))
+
+
+@kernel
 def z_gate_f(x, sigma):
     T = type(x)
-    t = sigma * x
-    neg = t < T(0.0)
+    neg = x < T(0.0)
     # One atan on a selected argument, then selects: branch-free, so the element loop
     # vectorises (an atan per branch is computed on every lane once if-converted).
     # 1/2 + atan(t)/pi cancels for t << 0; reflect: atan(1/|t|)/pi.
     # Each select's discarded side gets a harmless argument, so no lane raises FP flags
-    # that the raw ufunc would report as warnings (here: -1/0 for t = 0).
-    # (The safe value is not a constant: LLVM would fold -1/select(c, t, K) back into
-    # select(c, -1/t, -1/K) and divide by t = 0 anyway.)
-    tn = t if neg else -abs(t) - T(1.0)
-    a = math.atan(T(-1.0) / tn if neg else t)
+    # that the raw ufunc would report as warnings (here: 1/0 for x = 0).
+    # (The safe value is not a constant: LLVM would fold 1/select(c, x, K) back into
+    # select(c, 1/x, 1/K) and divide by x = 0 anyway.)
+    xn = x if neg else -abs(x) - T(1.0)
+    a = math.atan(-recip_sx(xn, sigma) if neg else sigma * x)
     return a / T(math.pi) if neg else T(0.5) + a / T(math.pi)
 
 
@@ -157,7 +170,7 @@ def z_gate_dx(x, sigma):
     T = type(x)
     t = sigma * x
     if abs(t) > T(1.0):
-        r = T(1.0) / t
+        r = recip_sx(x, sigma)
         return (sigma * r) * r / (T(math.pi) * (T(1.0) + r * r))
     return sigma / (T(math.pi) * (T(1.0) + t * t))
 
@@ -167,7 +180,7 @@ def z_gate_dsigma(x, sigma):
     T = type(x)
     t = sigma * x
     if abs(t) > T(1.0):
-        r = T(1.0) / t
+        r = recip_sx(x, sigma)
         # x/(1+t^2) = (r/sigma)/(1 + r^2): no overflow of t^2 for huge x.
         return (r / sigma) / (T(math.pi) * (T(1.0) + r * r))
     return x / (T(math.pi) * (T(1.0) + t * t))
@@ -299,8 +312,12 @@ def iglu_dsigma(x, sigma):
     if abs(t) > T(1.0):
         r = T(1.0) / t
         # x^2/(1+t^2) = 1/(sigma^2 (1 + r^2)): finite limit 1/(pi sigma^2) at |x| -> inf.
-        return T(1.0) / ((T(math.pi) * sigma) * sigma * (T(1.0) + r * r))
-    return x * x / (T(math.pi) * (T(1.0) + t * t))
+        # As (s/(pi(1 + r^2))) s, s = 1/sigma: (pi sigma) sigma overflowed (sigma = 1e20
+        # float32, 1e155 float64) and gave 0 where the value is subnormal.
+        s = T(1.0) / sigma
+        return (s / (T(math.pi) * (T(1.0) + r * r))) * s
+    # x (x/(...)): x^2 overflowed where the quotient does not (float32 x = 3e19, sigma = 1e-30)
+    return x * (x / (T(math.pi) * (T(1.0) + t * t)))
 
 
 # --------------------------------------------------------------------------- Z approx
@@ -309,21 +326,34 @@ def z_approx_f(x, sigma):
     T = type(x)
     t = sigma * x
     if t < T(0.0):
-        return T(0.5) / (T(1.0) - t)
+        # 1 - t overflows with t (to a 0 where the value is subnormal): then 1 + sigma|x|
+        # rounds to sigma|x|, and 0.5/(sigma |x|) takes the loop-invariant 0.5/sigma.
+        ovf = t == -T(math.inf)
+        return (T(0.5) / sigma if ovf else T(0.5)) / (-x if ovf else T(1.0) - t)
     return T(1.0) - T(0.5) / (T(1.0) + t)
+
+
+@kernel
+def _z_approx_w(x, sigma):
+    """1/(1 + |sigma x|), as (1/sigma)/|x| where sigma |x| overflows (the results that
+    take it are subnormal, not 0); one division per element (1/sigma is hoisted)."""
+    T = type(x)
+    at = abs(sigma * x)
+    ovf = at == T(math.inf)
+    return (T(1.0) / sigma if ovf else T(1.0)) / (abs(x) if ovf else T(1.0) + at)
 
 
 @kernel
 def z_approx_dx(x, sigma):
     T = type(x)
-    w = T(1.0) / (T(1.0) + abs(sigma * x))
+    w = _z_approx_w(x, sigma)
     return (sigma * w) * w * T(0.5)
 
 
 @kernel
 def z_approx_dsigma(x, sigma):
     T = type(x)
-    w = T(1.0) / (T(1.0) + abs(sigma * x))
+    w = _z_approx_w(x, sigma)
     # x*w = x/(1+sigma|x|) as 1/(1/x +- sigma) for |x| > 1: finite where x*w is inf*0.
     if abs(x) <= T(1.0):
         xw = x * w

@@ -23,18 +23,27 @@ _EM1MX_F32 = tuple(1.0 / math.factorial(k + 2) for k in range(11))
 
 
 @kernel
-def expm1_minus_x(m):
-    """``expm1(m) - m`` for ``m <= 0`` with full relative accuracy (it is ~ m^2/2 near 0,
-    where the plain difference loses everything)."""
+def expm1_minus_x_times(m, a):
+    """``a (expm1(m) - m)`` for ``m <= 0`` with full relative accuracy (it is ~ a m^2/2
+    near 0, where the plain difference loses everything). a goes into m^2 first, as
+    (a m) m: m^2 alone underflows (float32 |m| < 1e-19) where a m^2 need not (xIELU with
+    alpha_n = 1e20 at x = -1e-22 was 1.9e4 ulp off; with alpha_n = 2.8e31, of the wrong
+    sign); |a m| <= |a| there, so it cannot overflow either."""
     T = type(m)
     if m < T(-1.0):
         # |expm1(m)| < 0.64 |m|: the difference loses less than 1.5 bits; +inf at -inf.
-        return math.expm1(m) - m
+        return a * (math.expm1(m) - m)
     if is_f32(m):
         p = horner(m, _EM1MX_F32)
     else:
         p = horner(m, _EM1MX_F64)
-    return (m * m) * p
+    return ((a * m) * m) * p
+
+
+@kernel
+def expm1_minus_x(m):
+    """``expm1(m) - m`` for ``m <= 0`` (:func:`expm1_minus_x_times` with a = 1)."""
+    return expm1_minus_x_times(m, type(m)(1.0))
 
 
 @kernel
@@ -60,7 +69,7 @@ def xielu_f(x, ap, an, beta, eps):
             # alpha_n e^x + (beta - alpha_n) x: finite operands at x = -inf, where
             # alpha_n (expm1(x) - x) + beta x would be inf - inf.
             return an * math.expm1(x) + (beta - an) * x
-        return an * expm1_minus_x(x) + beta * x
+        return expm1_minus_x_times(x, an) + beta * x
     return an * _em1_eps_minus_x(x, eps) + beta * x
 
 
