@@ -7,9 +7,11 @@ as represented in that dtype) and reports the error in ulp of the output dtype:
     err = |got - true| / max(ulp(true), ulp(scale), tiny)
 
 ``scale`` is the spec's "largest term" yardstick for kinds whose true value cancels to
-(near) zero; ``tiny`` (the smallest normal number) is the absolute floor that applies
-where the true value underflows. NaN must give NaN; infinite true values must be hit
-exactly. Run ``python -m tests.accuracy`` for the per-activation table.
+(near) zero; ``tiny`` is the absolute floor where the true value underflows: in
+:func:`measure` (the sweep) the subnormal spacing, so a subnormal result counts its
+spacings like the README's bounds (a 0 for 3e-41 is 2e4 ulp, not 0.003 of the smallest
+normal number); ``ulp_errors``' default is the smallest normal number. NaN must give NaN;
+infinite true values must be hit exactly. Run ``python -m tests.accuracy`` for the per-activation table.
 """
 from __future__ import annotations
 
@@ -222,7 +224,7 @@ def measure(spec, kind: str, dtype, ufunc=None, quick: bool = False) -> Result:
             got = ufunc(x, *pv)
         assert got.dtype == dtype, f"{spec.name}.{kind}: {got.dtype} != {dtype}"
         true, scale = reference(spec, kind, x, params)
-        errs = ulp_errors(got, true, scale, dtype)
+        errs = ulp_errors(got, true, scale, dtype, subnormal=True)
         n += len(x)
         i = int(np.argmax(errs))
         if errs[i] > worst.worst or n == len(x):  # first parameter set, or a new worst

@@ -275,6 +275,10 @@ _EXTREME_PARAMETERS = [
 @pytest.mark.parametrize("name,dtype,xs,params", _EXTREME_PARAMETERS,
                          ids=[f"{n}-{d.__name__}-{list(p.values())}" for n, d, _, p in _EXTREME_PARAMETERS])
 def test_extreme_parameters_without_intermediate_overflow(name, dtype, xs, params):
+    _check_points_subnormal(name, dtype, xs, params)
+
+
+def _check_points_subnormal(name, dtype, xs, params):
     spec = iglu_np._spec.REGISTRY[name]
     x = np.array(xs, dtype)
     params = {k: float(dtype(v)) for k, v in params.items()}
@@ -284,3 +288,15 @@ def test_extreme_parameters_without_intermediate_overflow(name, dtype, xs, param
         true, scale = acc.reference(spec, kind, x, params, adaptive=True)
         err = acc.ulp_errors(got, true, scale, dtype, subnormal=True)
         assert err.max() <= acc.tolerance(spec, kind), (kind, float(err.max()), got, true)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("alpha", [10.0, 1e3, 0.3, -0.4])
+def test_xatlu_subnormal_x_rounds_once(dtype, alpha):
+    """xATLU's (1+2a) x Z - a x rounded x Z into the subnormal range first and the two
+    terms then cancelled: alpha = 10, x = -2^-149 gave +1.4e-44 (10.5 spacings, the wrong
+    sign) for -0."""
+    fi = np.finfo(dtype)
+    s, t = float(fi.smallest_subnormal), float(fi.tiny)
+    xs = [-s, -3 * s, -101 * s, -t / 3, -t, s, 7 * s]
+    _check_points_subnormal("xatlu", dtype, xs, {"alpha": alpha})

@@ -7,7 +7,7 @@ reuses IGLU's kernels (reflected gate for x << 0, cancellation-free tail derivat
 import math
 
 from .._spec import Param, define, kernel
-from .iglu import atan_pi, cauchy_z, iglu_dx, iglu_f
+from .iglu import atan_pi, iglu_dx, iglu_f
 
 _PAPER = "Huang, Expanded Gating Ranges Improve Activation Functions, arXiv:2405.20768"
 _CODE = "reference implementation: the paper's x_gate package (alpha initialised to 0)"
@@ -81,12 +81,16 @@ def xatlu_f(x, alpha):
     # Both sides computed and one chosen by a select (a branch kept the float64 loop
     # scalar), from one atan_pi (IGLU's polynomial in u^2: no atan call, one division).
     neg, big, k, nap = atan_pi(x)
-    # x < 0: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU carries the reflected gate and
-    # the finite limit -1/pi at -inf (atlu_f's bits), where x*Z would be inf*0 (and so
-    # would alpha*x for alpha = 0, hence the test).
-    z = cauchy_z(neg, big, k)
-    rn = c * (nap if (neg and big) else x * z)
-    rn = rn if alpha == T(0.0) else rn - alpha * x
+    # x < -1: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU = nap carries the reflected
+    # gate and the finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would
+    # alpha*x for alpha = 0, hence the test).
+    rb = c * nap
+    rb = rb if alpha == T(0.0) else rb - alpha * x
+    # -1 <= x < 0: Z = 1/2 - k and (1+2a)(1/2 - k) - a = 1/2 - (1+2a) k: the terms
+    # (1+2a) x Z and a x no longer cancel. That form rounded x Z first: for a subnormal x
+    # its half-unit error came out 2a + 1 times larger (alpha = 10, x = -2^-149: +1.4e-44
+    # for -0).
+    rn = rb if big else x * (T(0.5) - c * k)
     # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
     # terms, so no cancellation on this side.
     rp = x * (T(0.5) + c * (T(0.5) - k if big else k))
