@@ -247,7 +247,8 @@ def test_celu_quotient_below_two_to_minus_30(dtype, x, alpha):
 # In-domain parameters so large (or small) that an intermediate over- or underflowed
 # where the result does not (the random search of 2026-11-26; before the fix each gave
 # 0, inf or thousands of ulp): sigma x or (pi sigma) sigma overflowing to a 0 where the
-# value is subnormal (z_gate, z_approx, iglu's d_sigma), x^2 overflowing where x^2/pi
+# value is subnormal (z_gate, z_approx, iglu's d_sigma; for z_gate and z_approx also an
+# ordinary sigma with x near the dtype's maximum), x^2 overflowing where x^2/pi
 # does not (iglu d_sigma), alpha e^x with e^(x + 64 ln 2) underflowing (elu dx), x^2
 # underflowing under alpha_n's factor (xielu's value, once of the wrong sign). Errors
 # are measured down to the subnormal spacing: the default floor (the smallest normal
@@ -261,6 +262,12 @@ _EXTREME_PARAMETERS = [
     ("z_gate", np.float32, [-3e38, -1e38, 1e38], {"sigma": 1e-39}),
     ("z_approx", np.float32, [-1e5, -1e9, 1e5], {"sigma": 1e35}),
     ("z_approx", np.float64, [-1e5, -1e3, 1e5], {"sigma": 1e305}),
+    # ordinary sigma, x near the dtype's maximum: sigma x overflows as well
+    ("z_gate", np.float32, [2.0**127.5, -2.0**127.5, -2.0**126], {"sigma": 2.0}),
+    ("z_gate", np.float32, [-2.0**110, -2.0**105, 2.0**110], {"sigma": 2.0**30}),
+    ("z_gate", np.float64, [2.0**1023.5, -2.0**1023.5, -2.0**1000], {"sigma": 2.0}),
+    ("z_approx", np.float32, [2.0**127.5, -2.0**127.5, -2.0**110], {"sigma": 2.0}),
+    ("z_approx", np.float64, [2.0**1023.5, -2.0**1023.5, -2.0**1000], {"sigma": 2.0**30}),
     ("elu", np.float64, [-1000.0, -745.0, -800.0], {"alpha": 3.7e272}),
     ("elu", np.float32, [-138.4, -150.0, -120.0], {"alpha": 4.6e26}),
     ("xielu", np.float32, [-1e-22, -3e-22, -1e-20],
