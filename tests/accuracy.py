@@ -193,6 +193,11 @@ def ulp_errors(got: np.ndarray, true: list, scale, dtype, subnormal: bool = Fals
             s = abs(float(scale[i]))
             if math.isfinite(s):
                 unit = max(unit, _ulp(min(s, float(fi.max)), fi))
+            elif mpmath.isfinite(scale[i]):
+                # terms beyond the dtype's range (xatlu dx, alpha = max): their spacing
+                # continued past the largest binade, not max's
+                e = int(mpmath.floor(mpmath.log(abs(scale[i]), 2)))
+                unit = max(unit, float(mpmath.ldexp(1, e - int(fi.nmant))))
         errs[i] = float(abs(mpmath.mpf(g) - t) / unit)
     return errs
 

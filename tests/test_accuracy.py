@@ -268,6 +268,35 @@ _EXTREME_PARAMETERS = [
     ("z_gate", np.float64, [2.0**1023.5, -2.0**1023.5, -2.0**1000], {"sigma": 2.0}),
     ("z_approx", np.float32, [2.0**127.5, -2.0**127.5, -2.0**110], {"sigma": 2.0}),
     ("z_approx", np.float64, [2.0**1023.5, -2.0**1023.5, -2.0**1000], {"sigma": 2.0**30}),
+    # x = +-inf with sigma < 1/max: 1/sigma overflowed, inf*0 and inf - inf gave NaN
+    ("z_approx", np.float32, [-np.inf, np.inf, -1e30], {"sigma": 2.8e-45}),
+    ("z_approx", np.float64, [-np.inf, np.inf, -1e300], {"sigma": 2.09e-316}),
+    ("iglu_approx", np.float32, [np.inf, -np.inf, 3e38], {"sigma": 4.68e-42}),
+    ("iglu_approx", np.float64, [np.inf, -np.inf, 1e308], {"sigma": 2.5e-323}),
+    # alpha > max/2: 1 + 2 alpha overflowed (NaN or inf for finite values, NaN for inf)
+    ("xatlu", np.float32, [-4.38e33, -83.5, -0.3, 0.5, 1.2], {"alpha": 3.4e38}),
+    ("xatlu", np.float64, [-1.1e-13, -3.0, 1.5, -1e300], {"alpha": 1.7976931348623157e308}),
+    ("xatlu", np.float64, [1.2, 1.6, 3.0, -0.5], {"alpha": 8e307}),
+    ("xsilu", np.float32, [-83.52, -1e-3, 3.0, -3.0], {"alpha": 3.4e38}),
+    ("xsilu", np.float64, [-711.0, -800.0, 2.0, -1e-3], {"alpha": 1.7976931348623157e308}),
+    # b/2 rounded a subnormal b; s + |x| overflowed for |x| > max/2
+    ("squareplus", np.float32, [-5.42e-20, -1e-10, -1.73e38, 3e38], {"b": 1.4e-45}),
+    ("squareplus", np.float64, [-5.42e-20, -1e-10, -1.7e308], {"b": 5e-324}),
+    ("squareplus", np.float32, [-1.73e38, -3e38, -1e38, 2e38], {"b": 3.4e38}),
+    ("squareplus", np.float64, [-1.7976844458142958e308, -1e308], {"b": 1.7976931348623157e308}),
+    # 2 alpha_p (xielu dx) and x + x (xiprelu dx) overflowed
+    ("xielu", np.float32, [6.55e-23, 1e-30, 1e-38, 1.0],
+     {"alpha_p": 3.4e38, "alpha_n": 68.6, "beta": 1.46e-5, "eps": 0.0}),
+    ("xielu", np.float64, [6.55e-300, 1e-308, 1.0],
+     {"alpha_p": 1.7e308, "alpha_n": 68.6, "beta": 1.46e-5, "eps": 0.0}),
+    ("xiprelu", np.float32, [3.4028232e38, 1e38, 2e38, -3e38],
+     {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
+    ("xiprelu", np.float64, [1.7e308, 1e308, -1e308],
+     {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
+    # CELU's remainder x - q alpha beyond two_prod's range (q's low part lost) or q alpha
+    # rounded to -inf (NaN)
+    ("celu", np.float32, [-3.4028234663852886e38, -3e38, -2e30], {"alpha": 199110688768.0}),
+    ("celu", np.float64, [-1.0034249169929629e296, -3e295], {"alpha": 1.4693292023610347e293}),
     ("elu", np.float64, [-1000.0, -745.0, -800.0], {"alpha": 3.7e272}),
     ("elu", np.float32, [-138.4, -150.0, -120.0], {"alpha": 4.6e26}),
     ("xielu", np.float32, [-1e-22, -3e-22, -1e-20],

@@ -77,32 +77,38 @@ define(
 @kernel
 def xatlu_f(x, alpha):
     T = type(x)
-    c = T(1.0) + T(2.0) * alpha
+    # 1 + 2a as 2h, h = a + 1/2, the 2 on the bounded factor: 1 + 2a overflowed for
+    # a > max/2 (float64 a = max, x = -1.1e-13: inf for 1.4e282; float32 x = -4.4e33:
+    # NaN for inf). The same bits elsewhere.
+    h = alpha + T(0.5)
     # Both sides computed and one chosen by a select (a branch kept the float64 loop
     # scalar), from one atan_pi (IGLU's polynomial in u^2: no atan call, one division).
     neg, big, k, nap = atan_pi(x)
+    k2 = k + k
     # x < -1: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU = nap carries the reflected
     # gate and the finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would
     # alpha*x for alpha = 0, hence the test).
-    rb = c * nap
+    rb = h * (nap + nap)
     rb = rb if alpha == T(0.0) else rb - alpha * x
     # -1 <= x < 0: Z = 1/2 - k and (1+2a)(1/2 - k) - a = 1/2 - (1+2a) k: the terms
     # (1+2a) x Z and a x no longer cancel. That form rounded x Z first: for a subnormal x
     # its half-unit error came out 2a + 1 times larger (alpha = 10, x = -2^-149: +1.4e-44
     # for -0).
-    rn = rb if big else x * (T(0.5) - c * k)
+    rn = rb if big else x * (T(0.5) - h * k2)
     # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
     # terms, so no cancellation on this side.
-    rp = x * (T(0.5) + c * (T(0.5) - k if big else k))
+    rp = x * (T(0.5) + h * (T(1.0) - k2 if big else k2))
     return rn if neg else rp
 
 
 @kernel
 def xatlu_dx(x, alpha):
     T = type(x)
-    c = T(1.0) + T(2.0) * alpha
-    # d/dx x g(x) = (1+2a) ATLU'(x) - a, with ATLU' accurate and positive everywhere.
-    return c * atlu_dx(x) - alpha
+    d = atlu_dx(x)
+    # d/dx x g(x) = (1+2a) ATLU'(x) - a, with ATLU' accurate and positive everywhere,
+    # as a(2d - 1) + d (2d - 1 exact for d in [1/4, 1]): (1+2a) d overflowed for
+    # a > max/2 (float64 a = max, x = -1e-13: inf for -2.5e295).
+    return alpha * (d + d - T(1.0)) + d
 
 
 @kernel

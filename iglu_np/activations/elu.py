@@ -110,16 +110,36 @@ def elu_dalpha_bulk(x, alpha):
 
 
 # --------------------------------------------------------------------------- CELU
+# x/a = (x c)/(a c) for the remainder: c a power of two chosen on a alone (see _div_dw)
+_DW_DOWN32, _DW_UP32, _DW_TINY32 = 2.3283064365386963e-10, 1.8446744073709552e19, 8.673617379884035e-19
+_DW_DOWN64, _DW_UP64, _DW_TINY64 = 5.421010862427522e-20, 1.3407807929942597e154, 3.054936363499605e-151
+
+
+@kernel
+def _dw_scale(a):
+    """2^-32 (float64 2^-64) for |a| >= 1, 2^64 (2^512) for |a| < 2^-60 (2^-500), else 1."""
+    T = type(a)
+    if is_f32(a):
+        return T(_DW_DOWN32) if abs(a) >= T(1.0) else (T(_DW_UP32) if abs(a) < T(_DW_TINY32) else T(1.0))
+    return T(_DW_DOWN64) if abs(a) >= T(1.0) else (T(_DW_UP64) if abs(a) < T(_DW_TINY64) else T(1.0))
+
+
 @kernel
 def _div_dw(x, a):
     """x/a as a dw pair (q, ql): the remainder x - q a is exact (Dekker product, and
-    x - p is exact because p is within an ulp or two of x)."""
+    x - p is exact because p is within an ulp or two of x). It is formed from x c and a c
+    (_dw_scale, exact): q a beyond two_prod's range lost q's low part (float64 x = -1e296,
+    alpha = 1.5e293: celu dx 243 ulp), or rounded to -inf (float32 x = -max, alpha = 2e11:
+    NaN), and below the normal range its error term was inexact (x, alpha both
+    subnormal). Where |q| >= 2^-30 the scaled x c and q (a c) stay normal and in range."""
     T = type(x)
     q = x / a
     if not (abs(q) < T(BIG)):
         return q, T(0.0)  # inf (or a huge tail where q's low part is irrelevant)
-    p, e = two_prod(q, a)
-    return q, ((x - p) - e) / a
+    c = _dw_scale(a)
+    ac = a * c
+    p, e = two_prod(q, ac)
+    return q, ((x * c - p) - e) / ac
 
 
 @kernel

@@ -376,6 +376,10 @@ def z_approx_dsigma(x, sigma):
         xw = T(1.0) / (T(1.0) / x - sigma)
     else:
         xw = T(1.0) / (T(1.0) / x + sigma)
+    # At x = +-inf, xw = -+1/sigma overflows for sigma < 1/max and w = 0: inf*0. w is 0
+    # only where the result underflows too.
+    if w == T(0.0):
+        xw = -T(0.0) if x < T(0.0) else T(0.0)
     return xw * w * T(0.5)
 
 
@@ -394,7 +398,9 @@ def iglu_approx_f(x, sigma):
     num = T(0.5) if big else T(0.5) * x
     den = (q - sigma if neg else q + sigma) if big else (T(1.0) - t if neg else T(1.0) + t)
     h = num / den
-    return h if neg else x - h
+    # x = +inf with sigma < 1/(2 max): h = 0.5/sigma overflowed, inf - inf. Elsewhere
+    # h < x for x > 0 (h = x = 0 at 0).
+    return h if neg else x - (T(0.0) if h == x else h)
 
 
 @kernel

@@ -74,9 +74,10 @@ def squareplus_f(x, b):
     else:
         big = abs(x) > T(4.4e307)
     # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
-    hb = T(0.5) * b
+    # The 2 on the denominator: b/2 rounded a subnormal b (float32 b = 2^-149,
+    # x = -5.4e-20: 0 for 6.5e-27).
     dn = (s - x) if neg else T(1.0)
-    rn = (hb / dn) if not big else ((T(0.5) * hb) / (T(0.5) * s - T(0.5) * x))
+    rn = (b / (dn + dn)) if not big else ((T(0.25) * b) / (T(0.5) * s - T(0.5) * x))
     rp = (T(0.5) * (x + s)) if not big else (T(0.5) * x + T(0.5) * s)
     return rn if neg else rp
 
@@ -88,7 +89,15 @@ def _sp_q(x, b):
     s = _sp_root(x, b)
     zero = s == T(0.0)
     sd = T(1.0) if zero else s
-    q = T(0.5) * ((b / sd) / (sd + abs(x)))
+    # For |x| > max/4 the halves are summed: s + |x| overflowed for |x| > max/2 (float32
+    # b = max, x = -1.7e38: 0 for 2.8e-39). Not everywhere: they round to 0 for a
+    # subnormal x with b = 0 (0/0).
+    if is_f32(x):
+        big = abs(x) > T(8.5e37)
+    else:
+        big = abs(x) > T(4.4e307)
+    g = T(0.5) if big else T(1.0)
+    q = (T(0.5) * g) * ((b / sd) / (g * sd + g * abs(x)))
     # x = 0 and b = 0 (ReLU): the convention f'(0) = 1/2, the value for every b > 0.
     return T(0.5) if zero else q
 

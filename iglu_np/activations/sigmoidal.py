@@ -327,8 +327,10 @@ def xsilu_f(x, alpha):
     if sc < T(1.0) and x < T(0.0):
         # far tail: (1 + 2 alpha) x sigma(x) - alpha x with SiLU's part rounded once (at
         # alpha = 0 it is SiLU's subnormal tail; otherwise -alpha x dominates)
+        # (1 + 2 alpha) y as (alpha + 1/2)(2 y) here and below: the same bits, and no
+        # overflow of 1 + 2 alpha for alpha > max/2 (float32 alpha = max: NaN for inf).
         r = T(1.0) / (T(1.0) + e)
-        return (T(1.0) + T(2.0) * alpha) * ((x * (me * r)) * sc) - alpha * x
+        return (alpha + T(0.5)) * (T(2.0) * ((x * (me * r)) * sc)) - alpha * x
     return x * gate
 
 
@@ -341,10 +343,10 @@ def xsilu_dx(x, alpha):
     r = T(1.0) / (T(1.0) + e)
     if sc < T(1.0) and x < T(0.0):
         # far tail: (1 + 2 alpha) sigma (1 + x (1 - sigma)) - alpha, sigma's part rounded once
-        return (T(1.0) + T(2.0) * alpha) * (((me * r) * (T(1.0) + x * r)) * sc) - alpha
+        return (alpha + T(0.5)) * (T(2.0) * (((me * r) * (T(1.0) + x * r)) * sc)) - alpha
     # x sigma'(x) first (bounded by 0.23): x (1 + 2 alpha) overflowed for a large alpha
     # and then met sigma' = 0 (x = -1e20, alpha = 2e18 in float32 gave NaN, truth -2e18).
-    return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)
+    return gate + (T(2.0) * (x * (e * r * r))) * (alpha + T(0.5))
 
 
 @kernel
@@ -371,7 +373,7 @@ def xsilu_dx_bulk(x, alpha):
     T = type(x)
     gate, e = _xsilu_gate_bulk(x, alpha)
     r = T(1.0) / (T(1.0) + e)
-    return gate + (x * (e * r * r)) * (T(1.0) + T(2.0) * alpha)
+    return gate + (T(2.0) * (x * (e * r * r))) * (alpha + T(0.5))
 
 
 @kernel

@@ -231,7 +231,9 @@ def _xielu_dx_neg32(x, an, beta):
 def xielu_dx(x, ap, an, beta, eps):
     T = type(x)
     if x > T(0.0):
-        return T(2.0) * ap * x + beta
+        # 2 (ap x), not (2 ap) x: 2 ap overflowed for ap > max/2 (float32 ap = max,
+        # x = 6.6e-23: inf for 4.5e16)
+        return T(2.0) * (ap * x) + beta
     if x <= eps:
         if is_f32(x):
             return _xielu_dx_neg32(x, an, beta)
@@ -275,7 +277,7 @@ def _xielu_bulk_domain(x, ap, an, beta, eps):
 def xielu_dx_bulk(x, ap, an, beta, eps):
     T = type(x)
     neg = T(numba.float64(an) * _xielu_expm1_64(x) + numba.float64(beta))
-    return T(2.0) * ap * x + beta if x > T(0.0) else (neg if x <= eps else beta - an)
+    return T(2.0) * (ap * x) + beta if x > T(0.0) else (neg if x <= eps else beta - an)
 
 
 @kernel
@@ -499,7 +501,10 @@ def xiprelu_dx(x, ap, an, beta):
     a = an
     if x > T(0.0):
         a = ap
-    return _quad_factor(a, x + x, beta)
+    # a (2x) + beta with the 2 applied to a x's exact parts: x + x overflowed for
+    # |x| > max/2 (float32 x = 3.4e38, alpha_p = 0.01: inf for 6.8e36)
+    p, e = two_prod(a, x)
+    return (T(2.0) * p + beta) + T(2.0) * e
 
 
 @kernel
