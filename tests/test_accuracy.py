@@ -203,6 +203,10 @@ _SOFTPLUS_EDGES = [
     (np.float32, -1.0000000031710769e-30, 5.000000165906768e+31, 20.0),
     (np.float32, -3e-30, 1e31, 20.0),
     (np.float64, -4.680817013954923e-297, 1.2657926237370502e+298, -59.24943649327027),
+    # |y| >= 1e30 (float32, 1e290 float64): the test lost the residual and with it the
+    # branch at y = threshold (dx 0 for 1; round 2 of the search, 2026-11-27)
+    (np.float32, -1712096768.0, 1.1225505657259997e+21, -1.9219152091745686e+30),
+    (np.float64, -1.7e300, 1.1e-5, -1.8700000000000001e+295),
 ]
 
 

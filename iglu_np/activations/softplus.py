@@ -16,11 +16,14 @@ def _beta_x(x, beta, threshold):
     # Dekker's split: beta = 1.5e30, x = 1.33e-30 rounds to y = 2 = threshold exactly and
     # took the wrong branch (9e5 ulp). Only an overflowing product drops it.
     yh = beta * x
-    yl = fma(beta, x, -yh)
-    yl = yl if abs(yh) < (T(BIG) if is_f32(x) else T(BIG64)) else T(0.0)
+    ye = fma(beta, x, -yh)
+    # The test takes the exact residual at every magnitude (the kernels' yl is 0 from
+    # 1e30, where exp's tail no longer needs it): beta = 1.1e21, x = -1.7e9, threshold =
+    # -1.92e30 (float32) rounded to y = threshold and took the wrong branch.
+    yl = ye if abs(yh) < (T(BIG) if is_f32(x) else T(BIG64)) else T(0.0)
     # y = 0 with x > 0 is an underflowed product, positive (beta > 0): threshold = 0,
     # beta = x = 1e-25 (float32) returned log(2)/beta = 6.9e24 instead of x.
-    linear = yh > threshold or (yh == threshold and (yl > T(0.0) or (yh == T(0.0) and x > T(0.0))))
+    linear = yh > threshold or (yh == threshold and (ye > T(0.0) or (yh == T(0.0) and x > T(0.0))))
     return yh, yl, linear
 
 
