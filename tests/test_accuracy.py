@@ -1,6 +1,8 @@
 """mpmath sweep: every activation, its x-derivative and every parameter derivative, in
 float32 and float64, over ±[1e-30, 1e6], ±0, ±inf, a linear grid, special points and
 parameter values at defaults, test values and domain edges (see tests/accuracy.py)."""
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -340,3 +342,14 @@ def test_xatlu_subnormal_x_rounds_once(dtype, alpha):
     s, t = float(fi.smallest_subnormal), float(fi.tiny)
     xs = [-s, -3 * s, -101 * s, -t / 3, -t, s, 7 * s]
     _check_points_subnormal("xatlu", dtype, xs, {"alpha": alpha})
+
+
+@pytest.mark.parametrize("an,beta", [(39.584766442951285, 39.58476644295127), (1e10, 1e10 * (1 - 1e-12))])
+def test_xielu_dx_root_with_alpha_n_near_beta(an, beta):
+    """float64 xIELU dx near its root x0 = log(1 - beta/alpha_n) with alpha_n - beta a few
+    ulps: log1p(-beta/alpha_n) put x0's leading part 0.15 off, beyond the Newton step
+    that refines it (58,560 ulp at x = -18.73, the search of 2026-11-26)."""
+    x0 = math.log((an - beta) / an)
+    xs = [-18.734724323404013, 0.55 * x0, 0.9 * x0, 1.1 * x0, 1.9 * x0]
+    _check_points_subnormal("xielu", np.float64, xs,
+                            {"alpha_p": 0.8, "alpha_n": an, "beta": beta, "eps": -1e-6})
