@@ -283,12 +283,18 @@ _EXTREME_PARAMETERS = [
     ("xatlu", np.float32, [-4.38e33, -83.5, -0.3, 0.5, 1.2], {"alpha": 3.4e38}),
     ("xatlu", np.float64, [-1.1e-13, -3.0, 1.5, -1e300], {"alpha": 1.7976931348623157e308}),
     ("xatlu", np.float64, [1.2, 1.6, 3.0, -0.5], {"alpha": 8e307}),
+    ("xatlu", np.float32, [-1.013533353805542, -1.0000001192092896, -1.256141185760498],
+     {"alpha": 3.4028234663852886e38}),  # alpha x overflowed, the value not
     ("xsilu", np.float32, [-83.52, -1e-3, 3.0, -3.0], {"alpha": 3.4e38}),
     ("xsilu", np.float64, [-711.0, -800.0, 2.0, -1e-3], {"alpha": 1.7976931348623157e308}),
     # b/2 rounded a subnormal b; s + |x| overflowed for |x| > max/2
     ("squareplus", np.float32, [-5.42e-20, -1e-10, -1.73e38, 3e38], {"b": 1.4e-45}),
     ("squareplus", np.float64, [-5.42e-20, -1e-10, -1.7e308], {"b": 5e-324}),
     ("squareplus", np.float32, [-1.73e38, -3e38, -1e38, 2e38], {"b": 3.4e38}),
+    # b/s subnormal, its rounding magnified by 1/(s + |x|) (dx 873 and 1.3e6 ulp)
+    ("squareplus", np.float32, [-1.4268385712057352e-04, -3.8e-4, -4e-6], {"b": 1.4e-45}),
+    ("squareplus", np.float64, [-7.258195554471246e-09, -3.457455256876042e-09, -1e-12],
+     {"b": 1.5e-323}),
     ("squareplus", np.float64, [-1.7976844458142958e308, -1e308], {"b": 1.7976931348623157e308}),
     # 2 alpha_p (xielu dx) and x + x (xiprelu dx) overflowed
     ("xielu", np.float32, [6.55e-23, 1e-30, 1e-38, 1.0],

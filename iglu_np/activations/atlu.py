@@ -88,8 +88,10 @@ def xatlu_f(x, alpha):
     # x < -1: x((1+2a)Z - a) as (1+2a) ATLU(x) - a x: ATLU = nap carries the reflected
     # gate and the finite limit -1/pi at -inf, where x*Z would be inf*0 (and so would
     # alpha*x for alpha = 0, hence the test).
-    rb = h * (nap + nap)
-    rb = rb if alpha == T(0.0) else rb - alpha * x
+    # As a (2 ATLU(x) - x) + ATLU(x): a x overflowed for a > max/|x| where the value does
+    # not (float32 a = max, x = -1.01: inf for 1.7e38); 2 ATLU(x) - x >= |x|/2, no
+    # cancellation.
+    rb = nap if alpha == T(0.0) else alpha * (nap + nap - x) + nap
     # -1 <= x < 0: Z = 1/2 - k and (1+2a)(1/2 - k) - a = 1/2 - (1+2a) k: the terms
     # (1+2a) x Z and a x no longer cancel. That form rounded x Z first: for a subnormal x
     # its half-unit error came out 2a + 1 times larger (alpha = 10, x = -2^-149: +1.4e-44

@@ -54,6 +54,10 @@ define(
 
 
 # --------------------------------------------------------------------------- squareplus
+_TWO_64, _TWO_M64, _TWO_M60 = 1.8446744073709552e19, 5.421010862427522e-20, 8.673617379884035e-19
+_TWO_512, _TWO_M512, _TWO_M500 = 1.3407807929942597e154, 7.458340731200207e-155, 3.054936363499605e-151
+
+
 @kernel
 def _sp_root(x, b):
     """sqrt(x^2 + b) without overflow of x^2 or underflow of a tiny x^2 (hypot)."""
@@ -97,7 +101,17 @@ def _sp_q(x, b):
     else:
         big = abs(x) > T(4.4e307)
     g = T(0.5) if big else T(1.0)
-    q = (T(0.5) * g) * ((b / sd) / (g * sd + g * abs(x)))
+    # A tiny b scaled up by cb (b alone): b/s was subnormal, its rounding then magnified by
+    # 1/(s + |x|) (float32 b = 2^-149, x = -1.4e-4: 873 ulp; float64 b = 1.5e-323: 1.3e6).
+    if is_f32(x):
+        tiny = b < T(_TWO_M60)
+        cb = T(_TWO_64) if tiny else T(1.0)
+        ci = T(_TWO_M64) if tiny else T(1.0)
+    else:
+        tiny = b < T(_TWO_M500)
+        cb = T(_TWO_512) if tiny else T(1.0)
+        ci = T(_TWO_M512) if tiny else T(1.0)
+    q = ((T(0.5) * g) * ci) * (((b * cb) / sd) / (g * sd + g * abs(x)))
     # x = 0 and b = 0 (ReLU): the convention f'(0) = 1/2, the value for every b > 0.
     return T(0.5) if zero else q
 
