@@ -305,6 +305,11 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
     ("xiprelu", np.float64, [1.7e308, 1e308, -1e308],
      {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
+    # softplus d_beta: h/beta^2, kept 2^64 larger in exp's tail, overflowed before 2^-64
+    ("softplus", np.float32, [-1.5578122944913591e33, -1e33, -2e32],
+     {"beta": 6.302641007837754e-32, "threshold": 5.0}),
+    ("softplus", np.float32, [-2.8968461828478686e30, -4e30], {"beta": 2.9003692460776484e-29, "threshold": 0.0}),
+    ("softplus", np.float64, [-1.298570807369579e308, -5e307], {"beta": 5.56106010049953e-306, "threshold": 5.0}),
     # CELU's remainder x - q alpha beyond two_prod's range (q's low part lost) or q alpha
     # rounded to -inf (NaN)
     ("celu", np.float32, [-3.4028234663852886e38, -3e38, -2e30], {"alpha": 199110688768.0}),

@@ -37,6 +37,9 @@ def _neg_abs_y(yh, yl):
     return nh, nl, pos
 
 
+_TWO_64 = 1.8446744073709552e19  # 1/exp_scaled's tail scale
+
+
 # Branch-free: both signs go through one exp and one log1p and the results are chosen
 # by selects, so the element loops if-convert into SIMD code (a branch around the calls
 # keeps them scalar).
@@ -102,13 +105,17 @@ def softplus_dbeta(x, beta, threshold):
     # textbook form cancels to ~(1 + y) e^-y for y >> 0.
     nh, nl, pos = _neg_abs_y(yh, yl)
     # u = m sc (exp_scaled): in the far tail, where u is subnormal, the bracket is kept
-    # 2^64 larger (log1p(u) = u there) and sc is applied last, one rounding.
+    # 2^64 larger (log1p(u) = u there) and sc is applied in the last division, one rounding.
     m, sc = exp_scaled(nh, nl)
     u = m * sc
     a = T(0.0) if m == T(0.0) else abs(yh)  # u = 0 at y = -inf, where |y| u would be NaN
     t = a * (m / (T(1.0) + u))
     h = -(t + (math.log1p(u) if sc == T(1.0) else m))
-    r = (h / beta / beta) * sc
+    # sc on the second beta, as beta 2^64 (exact; exp_scaled's sc is 2^-64 or 1): applied
+    # last, h/beta^2 (kept 2^64 larger in exp's tail) overflowed first for a tiny beta
+    # (float32 beta = 6.3e-32, x = -1.6e33: -inf for -5.7e21). The same roundings.
+    bs = beta * (T(_TWO_64) if sc < T(1.0) else T(1.0))
+    r = (h / beta) / bs
     return T(0.0) if linear else r
 
 
