@@ -310,6 +310,18 @@ _EXTREME_PARAMETERS = [
      {"beta": 6.302641007837754e-32, "threshold": 5.0}),
     ("softplus", np.float32, [-2.8968461828478686e30, -4e30], {"beta": 2.9003692460776484e-29, "threshold": 0.0}),
     ("softplus", np.float64, [-1.298570807369579e308, -5e307], {"beta": 5.56106010049953e-306, "threshold": 5.0}),
+    # a x + beta cancelling with a huge a or x: two_prod's error term was dropped for
+    # |a| or |x| >= 1e30 (1e290), a relic of Dekker's split
+    ("xiprelu", np.float32, [2.49999932754146e-36, 2.4e-36, 1e-37],
+     {"alpha_p": 1.0000000409184788e35, "alpha_n": 258.2418518066406, "beta": -0.5}),
+    ("xiprelu", np.float32, [1.5364033223137566e35, 1.5e35],
+     {"alpha_p": 2.6541279886871186e-36, "alpha_n": 10.0, "beta": -0.8155621886253357}),
+    ("xiprelu", np.float32, [-2.190160174702062e-36, -2.19e-36],
+     {"alpha_p": 2.0, "alpha_n": 3.0343825703713453e35, "beta": 0.664578378200531}),
+    ("xiprelu", np.float64, [5.818291910500837e-304, 5.8e-304],
+     {"alpha_p": 3.48952200436967e303, "alpha_n": 19.23907228557788, "beta": -4.060611529907744}),
+    ("xiprelu", np.float64, [1.3854975083427621e305],
+     {"alpha_p": 1.8044059877006187e-306, "alpha_n": 5.860020070818004e81, "beta": -0.5}),
     # CELU's remainder x - q alpha beyond two_prod's range (q's low part lost) or q alpha
     # rounded to -inf (NaN)
     ("celu", np.float32, [-3.4028234663852886e38, -3e38, -2e30], {"alpha": 199110688768.0}),
