@@ -322,6 +322,12 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 3.48952200436967e303, "alpha_n": 19.23907228557788, "beta": -4.060611529907744}),
     ("xiprelu", np.float64, [1.3854975083427621e305],
      {"alpha_p": 1.8044059877006187e-306, "alpha_n": 5.860020070818004e81, "beta": -0.5}),
+    # xielu d_eps: alpha_n e^eps with e^eps subnormal or 0
+    ("xielu", np.float32, [-32.53847122192383, -1.0, -1e-3],
+     {"alpha_p": 8.176141738891602, "alpha_n": 5.127506342180223e23, "beta": 5.127505981892253e23,
+      "eps": -115.67668151855469}),
+    ("xielu", np.float32, [-1.411421510373499e-19, -50.0],
+     {"alpha_p": 3.3763883113861084, "alpha_n": 11111965.0, "beta": 418304.25, "eps": -99.73621368408203}),
     # CELU's remainder x - q alpha beyond two_prod's range (q's low part lost) or q alpha
     # rounded to -inf (NaN)
     ("celu", np.float32, [-3.4028234663852886e38, -3e38, -2e30], {"alpha": 199110688768.0}),

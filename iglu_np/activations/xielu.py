@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import BIG, exp_expm1_neg, horner, is_f32, neg_side, two_prod, two_sum
+from .._math import BIG, exp_expm1_neg, exp_scaled_times, horner, is_f32, neg_side, two_prod, two_sum
 from .._spec import Param, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -321,7 +321,11 @@ def xielu_dbeta(x, ap, an, beta, eps):
 def xielu_deps(x, ap, an, beta, eps):
     T = type(x)
     if x > eps and x <= T(0.0):
-        return an * math.exp(eps)
+        # exp_scaled_times: e^eps subnormal or 0 where alpha_n e^eps is normal (float32
+        # alpha_n = 5e23, eps = -115.7: 0 for 2.9e-27; alpha_n = 1.1e7, eps = -99.7:
+        # 1.5e5 ulp). eps <= 0 is the domain.
+        a, m, s = exp_scaled_times(eps, an)
+        return (a * m) * s
     if math.isnan(x):
         return x
     return T(0.0)
