@@ -99,7 +99,7 @@ def _expm1_twice4(uh, ul):
 @kernel
 def xielu_root_lo(an, beta, hi):
     """The low part of the root x0 = hi + lo of alpha_n expm1(x) + beta, for
-    hi = log1p(-beta/alpha_n) (float64; 0 < -hi <= 40 and alpha_n < 1e30). ``lo`` is one
+    hi = log(1 - beta/alpha_n) (_xielu_root_hi; float64; 0 < -hi <= 40 and alpha_n < 1e30). ``lo`` is one
     Newton step, log(c e^-hi) ~ c e^-hi - 1 with c = (alpha_n - beta)/alpha_n, which needs
     e^-hi to ~2^-80: expm1(-hi) is built as a double-word from a short Taylor series at
     -hi 2^-16 (exact scaling) and 16 doublings. It depends on the parameters only, so the
