@@ -239,6 +239,9 @@ def exp_scaled(y, ylo):
 
 
 _TWO_64 = 1.8446744073709552e19  # 2^64
+# Powers of two for the parameter-scaled forms (squareplus, CELU, gelu's tail)
+_TWO_512, _TWO_M512 = 1.3407807929942597e154, 7.458340731200207e-155
+_TWO_M60, _TWO_M500 = 8.673617379884035e-19, 3.054936363499605e-151
 
 
 @kernel

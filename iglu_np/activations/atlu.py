@@ -97,7 +97,7 @@ def xatlu_f(x, alpha):
     # its half-unit error came out 2a + 1 times larger (alpha = 10, x = -2^-149: +1.4e-44
     # for -0).
     rn = rb if big else x * (T(0.5) - h * k2)
-    # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for c > 0 a sum of non-negative
+    # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for 1+2a > 0 a sum of non-negative
     # terms, so no cancellation on this side.
     rp = x * (T(0.5) + h * (T(1.0) - k2 if big else k2))
     return rn if neg else rp

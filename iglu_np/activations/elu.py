@@ -1,7 +1,7 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import (BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
+from .._math import (_TWO_64, _TWO_512, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
                      horner, is_f32, neg_side, two_prod)
 from .._spec import Param, define, kernel
 
@@ -111,8 +111,7 @@ def elu_dalpha_bulk(x, alpha):
 
 # --------------------------------------------------------------------------- CELU
 # x/a = (x c)/(a c) for the remainder: c a power of two chosen on a alone (see _div_dw)
-_DW_DOWN32, _DW_UP32, _DW_TINY32 = 2.3283064365386963e-10, 1.8446744073709552e19, 8.673617379884035e-19
-_DW_DOWN64, _DW_UP64, _DW_TINY64 = 5.421010862427522e-20, 1.3407807929942597e154, 3.054936363499605e-151
+_TWO_M32 = 2.3283064365386963e-10
 
 
 @kernel
@@ -120,8 +119,8 @@ def _dw_scale(a):
     """2^-32 (float64 2^-64) for |a| >= 1, 2^64 (2^512) for |a| < 2^-60 (2^-500), else 1."""
     T = type(a)
     if is_f32(a):
-        return T(_DW_DOWN32) if abs(a) >= T(1.0) else (T(_DW_UP32) if abs(a) < T(_DW_TINY32) else T(1.0))
-    return T(_DW_DOWN64) if abs(a) >= T(1.0) else (T(_DW_UP64) if abs(a) < T(_DW_TINY64) else T(1.0))
+        return T(_TWO_M32) if abs(a) >= T(1.0) else (T(_TWO_64) if abs(a) < T(_TWO_M60) else T(1.0))
+    return T(_TWO_M64) if abs(a) >= T(1.0) else (T(_TWO_512) if abs(a) < T(_TWO_M500) else T(1.0))
 
 
 @kernel

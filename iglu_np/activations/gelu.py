@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import exp_dw, exp_normal, exp_scaled, fma, horner, is_f32, padded, two_prod
+from .._math import _TWO_M512, exp_dw, exp_normal, exp_scaled, fma, horner, is_f32, padded, two_prod
 from .._spec import Param, define, kernel
 
 def _f32(v: float) -> float:
@@ -382,7 +382,6 @@ def _mills_both(a):
 # 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
 _K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
 _K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
-_TWO_M512 = 7.458340731200207e-155
 
 
 @kernel

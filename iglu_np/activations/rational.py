@@ -2,7 +2,7 @@
 squareplus (Barron 2021)."""
 import math
 
-from .._math import is_f32
+from .._math import _TWO_64, _TWO_512, _TWO_M60, _TWO_M64, _TWO_M500, _TWO_M512, is_f32
 from .._spec import Param, define, kernel
 
 
@@ -54,8 +54,12 @@ define(
 
 
 # --------------------------------------------------------------------------- squareplus
-_TWO_64, _TWO_M64, _TWO_M60 = 1.8446744073709552e19, 5.421010862427522e-20, 8.673617379884035e-19
-_TWO_512, _TWO_M512, _TWO_M500 = 1.3407807929942597e154, 7.458340731200207e-155, 3.054936363499605e-151
+@kernel
+def _sp_big(x):
+    """|x| > max/4: x + s and s + |x| (s >= |x|) would overflow from max/2, so the halves
+    are summed there (exact halvings at that magnitude)."""
+    T = type(x)
+    return abs(x) > (T(8.5e37) if is_f32(x) else T(4.4e307))
 
 
 @kernel
@@ -70,13 +74,9 @@ def squareplus_f(x, b):
     s = _sp_root(x, b)
     # Selects, not branches (the loops vectorise); each case's denominator is safe.
     neg = x < T(0.0)
-    # x + s and s - x overflow once |x| > max/2 (s >= |x|): there the halves are summed
-    # instead (exact halvings at that magnitude). Below, the halving after the sum keeps
-    # subnormal x exact.
-    if is_f32(x):
-        big = abs(x) > T(8.5e37)
-    else:
-        big = abs(x) > T(4.4e307)
+    # x + s and s - x overflow once |x| > max/2: _sp_big. Below, the halving after the
+    # sum keeps subnormal x exact.
+    big = _sp_big(x)
     # (x + s)/2 cancels for x << 0; rationalised it is b/(2(s + |x|)), -> 0 at -inf.
     # The 2 on the denominator: b/2 rounded a subnormal b (float32 b = 2^-149,
     # x = -5.4e-20: 0 for 6.5e-27).
@@ -93,14 +93,10 @@ def _sp_q(x, b):
     s = _sp_root(x, b)
     zero = s == T(0.0)
     sd = T(1.0) if zero else s
-    # For |x| > max/4 the halves are summed: s + |x| overflowed for |x| > max/2 (float32
-    # b = max, x = -1.7e38: 0 for 2.8e-39). Not everywhere: they round to 0 for a
-    # subnormal x with b = 0 (0/0).
-    if is_f32(x):
-        big = abs(x) > T(8.5e37)
-    else:
-        big = abs(x) > T(4.4e307)
-    g = T(0.5) if big else T(1.0)
+    # Halves where _sp_big: s + |x| overflowed for |x| > max/2 (float32 b = max,
+    # x = -1.7e38: 0 for 2.8e-39). Not everywhere: they round to 0 for a subnormal x with
+    # b = 0 (0/0).
+    g = T(0.5) if _sp_big(x) else T(1.0)
     # A tiny b scaled up by cb (b alone): b/s was subnormal, its rounding then magnified by
     # 1/(s + |x|) (float32 b = 2^-149, x = -1.4e-4: 873 ulp; float64 b = 1.5e-323: 1.3e6).
     if is_f32(x):

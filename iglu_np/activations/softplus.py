@@ -2,7 +2,7 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import BIG, BIG64, exp_dw, exp_normal, exp_scaled, fma, is_f32, log1p_unit
+from .._math import _TWO_64, exp_dw, exp_normal, exp_scaled, fma, is_f32, log1p_unit, two_prod
 from .._spec import Param, define, kernel
 
 
@@ -12,15 +12,13 @@ def _beta_x(x, beta, threshold):
     beta x > threshold decided on the exact product (a rounded product flips the branch,
     and with it a jump of log1p(exp(-threshold))/beta, right at the boundary)."""
     T = type(x)
-    # two_prod's error term without its |beta|, |x| < 1e30 (float32) guard, a relic of
-    # Dekker's split: beta = 1.5e30, x = 1.33e-30 rounds to y = 2 = threshold exactly and
-    # took the wrong branch (9e5 ulp). Only an overflowing product drops it.
-    yh = beta * x
+    # The kernels take two_prod's pair (yl = 0 from |y| >= 1e30, where exp's tail no
+    # longer needs it); the test takes fma's residual at every magnitude (the same fma: the
+    # compilers share it): a rounded product took the wrong branch at y = threshold
+    # (float32 beta = 1.5e30, x = 1.33e-30, threshold = 2: 9e5 ulp; beta = 1.1e21,
+    # x = -1.7e9, threshold = -1.92e30: dx 0 for 1).
+    yh, yl = two_prod(beta, x)
     ye = fma(beta, x, -yh)
-    # The test takes the exact residual at every magnitude (the kernels' yl is 0 from
-    # 1e30, where exp's tail no longer needs it): beta = 1.1e21, x = -1.7e9, threshold =
-    # -1.92e30 (float32) rounded to y = threshold and took the wrong branch.
-    yl = ye if abs(yh) < (T(BIG) if is_f32(x) else T(BIG64)) else T(0.0)
     # y = 0 with x > 0 is an underflowed product, positive (beta > 0): threshold = 0,
     # beta = x = 1e-25 (float32) returned log(2)/beta = 6.9e24 instead of x.
     linear = yh > threshold or (yh == threshold and (ye > T(0.0) or (yh == T(0.0) and x > T(0.0))))
@@ -35,9 +33,6 @@ def _neg_abs_y(yh, yl):
     nh = -yh if pos else yh
     nl = -yl if pos else yl
     return nh, nl, pos
-
-
-_TWO_64 = 1.8446744073709552e19  # 1/exp_scaled's tail scale
 
 
 # Branch-free: both signs go through one exp and one log1p and the results are chosen
