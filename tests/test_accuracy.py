@@ -340,6 +340,18 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 0.8, "alpha_n": 2.8e31, "beta": 0.5, "eps": 0.0}),
     ("xielu", np.float64, [-3e-162, -1e-160, -1e-158],
      {"alpha_p": 0.8, "alpha_n": 1e300, "beta": 0.5, "eps": 0.0}),
+    # xiprelu: a x (or 2 a x) overflowing where beta = -+max brings it back; a x + beta
+    # cancelling with |a x| >= 1e30 (two_prod's cut-off)
+    ("xiprelu", np.float32, [1.0000001, 1.0000002, 1.5, 2.0, 0.5],
+     {"alpha_p": 3.4028234663852886e38, "alpha_n": 0.8, "beta": -3.4028234663852886e38}),
+    ("xiprelu", np.float32, [-1.0000001, -1.0000002, -1.5, -0.5],
+     {"alpha_p": 0.8, "alpha_n": 3.4028234663852886e38, "beta": 3.4028234663852886e38}),
+    ("xiprelu", np.float64, [1.0000000000000002, 1.0000000000000004, 1.5, 2.0, np.inf],
+     {"alpha_p": 1.7976931348623157e308, "alpha_n": 0.8, "beta": -1.7976931348623157e308}),
+    ("xiprelu", np.float32, [1.0000001, 1.0000002, 0.99999994],
+     {"alpha_p": 1e35, "alpha_n": 0.8, "beta": -1e35}),
+    ("xiprelu", np.float64, [1.0000000000000002, 1.5, 0.9999999999999999],
+     {"alpha_p": 1e295, "alpha_n": 0.8, "beta": -1e295}),
 ]
 
 

@@ -261,3 +261,32 @@ def test_host_cxx_with_fma_contraction_within_ulp(host_libs, name):
     """NVRTC contracts a*b+c into FMA by default: the stable forms must not depend on the
     rounding of such products (the design notes' naive IGLU broke by 196x under FMA)."""
     _host_vs_cpu(host_libs, name, ("-O2", "-mfma", "-ffp-contract=fast"), max_ulp=CROSS_ULP)
+
+
+def _extreme_cases():
+    from .test_accuracy import _EXTREME_PARAMETERS
+
+    return _EXTREME_PARAMETERS
+
+
+@pytest.mark.parametrize("name,dtype,xs,params", _extreme_cases(),
+                         ids=[f"{n}-{d.__name__}-{i}" for i, (n, d, _, _) in enumerate(_extreme_cases())])
+def test_host_cxx_matches_cpu_at_extreme_parameters(host_libs, name, dtype, xs, params):
+    """The accuracy harness's extreme parameters (over- and underflow guards, rescaled
+    forms, fallbacks chosen by selects), every kernel kind: the C++ takes the same
+    branches as the CPU, bit for bit."""
+    if not _cpu_uses_vmath():
+        pytest.skip("bit-for-bit needs the CPU on _vmath's functions")
+    spec = _spec_with_cxx(name)
+    act = iglu_np.get(name)
+    lib = _lib(host_libs, spec, ("-O2", "-ffp-contract=off"))
+    x = np.array(xs, dtype)
+    ps = {k: float(dtype(v)) for k, v in params.items()}
+    pv = tuple(ps[p] for p in act.param_names)
+    g = np.linspace(-3.0, 3.0, x.size).astype(dtype)
+    for kind in cxx.kernel_kinds(spec):
+        gg = g if kind.startswith("bwd") else None
+        got = H.host_call(lib, spec, kind, dtype, x, g=gg, params=pv)
+        want = _cpu(act, kind, x, gg, ps)
+        d = H.ulp_diff(got, want)
+        assert d.max() == 0, (kind, x, got, want)
