@@ -340,6 +340,16 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 0.8, "alpha_n": 2.8e31, "beta": 0.5, "eps": 0.0}),
     ("xielu", np.float64, [-3e-162, -1e-160, -1e-158],
      {"alpha_p": 0.8, "alpha_n": 1e300, "beta": 0.5, "eps": 0.0}),
+    # xielu: alpha_n (e - x) and beta x overflowing with opposite signs (NaN for finite
+    # values), (beta - alpha_n) x overflowing where alpha_n e brings it back (inf)
+    ("xielu", np.float32, [-1e20, -1e26, -5e26, -3.0],
+     {"alpha_p": 0.8, "alpha_n": 8e19, "beta": 7.999999e19, "eps": -7.7e26}),
+    ("xielu", np.float64, [-1e160, -5e170, -1e308, -3.0],
+     {"alpha_p": 0.8, "alpha_n": 1e160, "beta": 9.99999999999999e159, "eps": -1e300}),
+    ("xielu", np.float32, [-1.2, -1.1, -5.0, -np.inf],
+     {"alpha_p": 0.8, "alpha_n": 3e38, "beta": 0.0, "eps": -1e-6}),
+    ("xielu", np.float64, [-1.2, -1.1, -5.0, -np.inf],
+     {"alpha_p": 0.8, "alpha_n": 1.7e308, "beta": 0.0, "eps": -1e-6}),
     # xiprelu: a x (or 2 a x) overflowing where beta = -+max brings it back; a x + beta
     # cancelling with |a x| >= 1e30 (two_prod's cut-off)
     ("xiprelu", np.float32, [1.0000001, 1.0000002, 1.5, 2.0, 0.5],
@@ -383,6 +393,20 @@ def test_xatlu_subnormal_x_rounds_once(dtype, alpha):
     s, t = float(fi.smallest_subnormal), float(fi.tiny)
     xs = [-s, -3 * s, -101 * s, -t / 3, -t, s, 7 * s]
     _check_points_subnormal("xatlu", dtype, xs, {"alpha": alpha})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("eps", [-2.0, -1.0000001, -7.5, -39.9, -45.0])
+def test_xielu_value_near_expm1_eps(dtype, eps):
+    """xIELU between eps < -1 and 0 is alpha_n (expm1(eps) - x) + beta x: the rounded
+    expm1(eps) - x cancelled near x = expm1(eps) (alpha_n = 1, beta = 0.01, eps = -2:
+    18 ulp float32, 6.4 float64); expm1(eps) is now a double-word."""
+    e = float(np.expm1(dtype(eps)))
+    k = np.arange(-6, 7)
+    xs = np.concatenate([e + k * float(np.spacing(dtype(e))), e * (1 + k * 1e-3)])
+    xs = xs[(xs > eps) & (xs <= 0)]
+    _check_points_subnormal("xielu", dtype, list(xs),
+                            {"alpha_p": 0.8, "alpha_n": 1.0, "beta": 0.01, "eps": eps})
 
 
 @pytest.mark.parametrize("an,beta", [(39.584766442951285, 39.58476644295127), (1e10, 1e10 * (1 - 1e-12))])

@@ -40,10 +40,11 @@ def _points(spec, dtype, params):
 
 def _param_sets(spec, dtype):
     sets = list(acc.param_sets(spec, dtype))
-    if spec.name == "xielu":  # the root form's guards: beta = 0, alpha_n >= 1e30, roots near 0 and -7
+    if spec.name == "xielu":  # the root form's guards: beta = 0, alpha_n >= 1e30, roots near 0
+        # and -7; expm1(eps)'s double-word (eps < -1, below -40)
         d = spec.defaults
         sets += [{**d, "beta": 0.0}, {**d, "alpha_n": 1e31}, {**d, "alpha_n": 1.0, "beta": 0.999},
-                 {**d, "alpha_n": 3.0, "beta": 0.01}]
+                 {**d, "alpha_n": 3.0, "beta": 0.01}, {**d, "eps": -2.0}, {**d, "eps": -45.0}]
     return sets
 
 
@@ -80,12 +81,13 @@ def _host_source(spec):
         for ct in ("float", "double"):
             args = ", ".join(f"{ct} {p}" for p in ps)
             call = ", ".join(["x[i]", *ps])
+            cw = "fwd" if which == "f" else which  # the C++ entry points' name for f
             parts.append(
                 f'extern "C" void both_{which}_{ct}(const {ct}* x, {ct}* a, {ct}* b, long n, {args}) {{\n'
-                f"  const auto pre = iglu_np::{spec.name}_{which}_prep<{ct}>({', '.join(ps)});\n"
+                f"  const auto pre = iglu_np::{spec.name}_{cw}_prep<{ct}>({', '.join(ps)});\n"
                 f"  for (long i = 0; i < n; ++i) {{\n"
-                f"    a[i] = iglu_np::{spec.name}_{which}_at<{ct}>({call}, pre);\n"
-                f"    b[i] = iglu_np::{spec.name}_{which}<{ct}>({call});\n  }}\n}}\n")
+                f"    a[i] = iglu_np::{spec.name}_{cw}_at<{ct}>({call}, pre);\n"
+                f"    b[i] = iglu_np::{spec.name}_{cw}<{ct}>({call});\n  }}\n}}\n")
     return "\n".join(parts)
 
 
@@ -112,24 +114,27 @@ def test_prepared_equals_exact_in_host_cxx(name):
                 _same(a, b, f"{name} {which} {ct} {params}")
 
 
-# xielu_root_lo scales by 2^-16 first (-hi 2^-16, compiled as hi (-2^-16)): its PTX
-# constant marks each inlined copy.
+# _expm1_dw (the float64 root's e^-hi, and expm1(eps) for eps < -1) scales by 2^-16 first
+# (compiled as v 2^-16 or -hi (-2^-16)): its PTX constant marks each inlined copy.
 _ROOT_MARK = re.compile(r"0d[3B]EF0000000000000")
 
 
-def test_xielu_float64_vector_kernels_compute_the_root_once():
+@pytest.mark.parametrize("kind,copies", [("bwd", 1), ("dx", 1), ("fwd", 1), ("bwdall", 2)])
+def test_xielu_float64_vector_kernels_compute_the_root_once(kind, copies):
+    """One copy per prepared part that needs it (the root for dx; expm1(eps) for the value
+    and d_alpha_n), all before the grid-stride loop."""
     ok, why = H.nvrtc_status()
     if not ok:
         pytest.skip(why)
     spec = REGISTRY["xielu"]
-    for src in (cxx.vector_kernel_source(spec, "bwd", np.float64),
-                cxx.vector_kernel_source(spec, "dx", np.float64),
-                cxx.fused_backward_source(spec, np.float64)):
-        ptx, _ = H.nvrtc_compile(src.source, (9, 0), options=cxx.NVRTC_OPTIONS)
-        body = ptx[ptx.index(f".entry {src.name}"):]
-        assert len(_ROOT_MARK.findall(body)) == 1, f"{src.name}: the root's low part is not computed once"
-        # and before the grid-stride loop: the first global load comes after it
-        assert _ROOT_MARK.search(body).start() < body.index("ld.global")
+    src = (cxx.fused_backward_source(spec, np.float64) if kind == "bwdall"
+           else cxx.vector_kernel_source(spec, kind, np.float64))
+    ptx, _ = H.nvrtc_compile(src.source, (9, 0), options=cxx.NVRTC_OPTIONS)
+    body = ptx[ptx.index(f".entry {src.name}"):]
+    marks = [m.start() for m in _ROOT_MARK.finditer(body)]
+    assert len(marks) == copies, f"{src.name}: {len(marks)} copies of _expm1_dw, not {copies}"
+    # and before the grid-stride loop: the first global load comes after them
+    assert max(marks) < body.index("ld.global")
 
 
 def test_xielu_numba_cuda_kernels_call_prep_before_their_loop():

@@ -47,30 +47,78 @@ def expm1_minus_x(m):
 
 
 @kernel
-def _em1_eps_minus_x(x, eps):
-    """expm1(eps) - x for eps < x <= 0 (and NaN). For |eps| <= 1 as (expm1(eps) - eps) +
-    (eps - x), eps - x exact near eps, so it does not cancel; for eps < -1 directly, where
-    expm1(eps) - eps carried eps's rounding (1e15 at eps = -1e22 in float32) into a
-    result as small as |x|."""
+def _em1_eps_minus_x(x, eps, eh, el):
+    """expm1(eps) - x for eps < x <= 0 (and NaN), given expm1(eps) = eh + el
+    (_em1_eps_dw). For |eps| <= 1 as (expm1(eps) - eps) + (eps - x), eps - x exact near
+    eps, so it does not cancel. For eps < -1 not so: expm1(eps) - eps carried eps's
+    rounding (1e15 at eps = -1e22 in float32) into a result as small as |x|; there it is
+    (eh - x) + el, eh - x exact near eh (the rounded expm1(eps) - x cancelled near
+    x = expm1(eps): alpha_n = 1, beta = 0.01, eps = -2 put the value 18 ulp off in
+    float32, 6.4 in float64)."""
     T = type(x)
     if eps < T(-1.0):
-        return math.expm1(eps) - x
+        return (eh - x) + el
     return expm1_minus_x(eps) + (eps - x)
 
 
 # --------------------------------------------------------------------------- xIELU
 @kernel
-def xielu_f(x, ap, an, beta, eps):
+def _xielu_far(x, an, beta, e):
+    """alpha_n (e - x) + beta x as alpha_n e + (beta - alpha_n) x, e = expm1(min(x, eps)),
+    for x < -1 (or |x| so large that the plain form overflows): finite operands at
+    x = -inf, where the plain form would be inf - inf. One fma: (beta - alpha_n) x may
+    exceed the maximum by up to alpha_n, who brings it back (float32 alpha_n = 3e38,
+    beta = 0, x = -1.2: inf for 1.5e38)."""
+    return fma(beta - an, x, an * e)
+
+
+@kernel
+def _xielu_f_mid(x, an, beta, eps, eh, el):
+    """xielu_f for eps < x <= 0, given _em1_eps_dw(eps) = (eh, el)."""
+    T = type(x)
+    r = an * _em1_eps_minus_x(x, eps, eh, el) + beta * x
+    # Both terms overflow with opposite signs for a huge |x| > |eps| > 1 (alpha_n = beta =
+    # 8e19 in float32, eps = -7.7e26, x = -1e20: NaN for 8.8e32); there x << e, and
+    # _xielu_far's form (the same function) does not cancel. Only where r is not finite:
+    # near x = e its alpha_n e and -alpha_n x would.
+    return r if abs(r) < T(math.inf) else _xielu_far(x, an, beta, eh)
+
+
+@kernel
+def _xielu_f_side(x, ap, an, beta, eps):
+    """xielu_f outside eps < x <= 0 (and NaN)."""
     T = type(x)
     if x > T(0.0):
         return x * (ap * x + beta)  # both terms >= 0: no cancellation
-    if x <= eps:
-        if x < T(-1.0):
-            # alpha_n e^x + (beta - alpha_n) x: finite operands at x = -inf, where
-            # alpha_n (expm1(x) - x) + beta x would be inf - inf.
-            return an * math.expm1(x) + (beta - an) * x
-        return expm1_minus_x_times(x, an) + beta * x
-    return an * _em1_eps_minus_x(x, eps) + beta * x
+    if x < T(-1.0):
+        return _xielu_far(x, an, beta, math.expm1(x))
+    return expm1_minus_x_times(x, an) + beta * x
+
+
+@kernel
+def xielu_f(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0) or not (x > eps):
+        return _xielu_f_side(x, ap, an, beta, eps)
+    eh, el = _em1_eps_dw(eps)
+    return _xielu_f_mid(x, an, beta, eps, eh, el)
+
+
+# expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
+# its double-word once per thread (the spec's ``prepared``), not in every thread between
+# eps and 0 (most of them for eps < -1); the CPU loops hoist it.
+@kernel
+def xielu_f_prep(ap, an, beta, eps):
+    return _em1_eps_dw(eps)
+
+
+@kernel
+def xielu_f_prepared(x, ap, an, beta, eps, eh, el):
+    """xielu_f(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_f_prep(...)."""
+    T = type(x)
+    if x > T(0.0) or not (x > eps):
+        return _xielu_f_side(x, ap, an, beta, eps)
+    return _xielu_f_mid(x, an, beta, eps, eh, el)
 
 
 # 1/6 as a double-word and the Taylor tail 1/k!, k = 4..8, of expm1 at |r| <= 6.1e-4.
@@ -97,15 +145,11 @@ def _expm1_twice4(uh, ul):
 
 
 @kernel
-def xielu_root_lo(an, beta, hi):
-    """The low part of the root x0 = hi + lo of alpha_n expm1(x) + beta, for
-    hi = log(1 - beta/alpha_n) (_xielu_root_hi; float64; 0 < -hi <= 40 and alpha_n < 1e30). ``lo`` is one
-    Newton step, log(c e^-hi) ~ c e^-hi - 1 with c = (alpha_n - beta)/alpha_n, which needs
-    e^-hi to ~2^-80: expm1(-hi) is built as a double-word from a short Taylor series at
-    -hi 2^-16 (exact scaling) and 16 doublings. It depends on the parameters only, so the
-    CPU loops hoist it out of the element loop; on a GPU only threads near the root run it."""
-    T = type(an)
-    r = -hi * T(1.52587890625e-05)  # 2^-16
+def _expm1_dw(v):
+    """expm1(v) = uh + ul to ~2^-80 for float64 |v| <= 40: a short Taylor series at
+    v 2^-16 (exact scaling) and 16 doublings."""
+    T = type(v)
+    r = v * T(1.52587890625e-05)  # 2^-16
     a, b = two_prod(r, r)
     c, d = two_prod(a, r)
     d = d + b * r
@@ -119,7 +163,36 @@ def xielu_root_lo(an, beta, hi):
     uh, ul = _expm1_twice4(uh, ul)
     uh, ul = _expm1_twice4(uh, ul)
     uh, ul = _expm1_twice4(uh, ul)
-    uh, ul = _expm1_twice4(uh, ul)
+    return _expm1_twice4(uh, ul)
+
+
+@kernel
+def _em1_eps_dw(eps):
+    """(eh, el): expm1(eps) = eh + el as a double-word for eps < -1 (float32: float64's
+    expm1 split; float64: _expm1_dw, or -1 + e^eps below -40, where e^eps < 2^-57);
+    (expm1(eps), 0) otherwise, where only its rounded value is used."""
+    T = type(eps)
+    if not (eps < T(-1.0)):
+        return math.expm1(eps), T(0.0)
+    if is_f32(eps):
+        e = math.expm1(numba.float64(eps))
+        eh = T(e)
+        return eh, T(e - numba.float64(eh))
+    if eps < T(-40.0):
+        return T(-1.0), math.exp(eps)
+    return _expm1_dw(eps)
+
+
+@kernel
+def xielu_root_lo(an, beta, hi):
+    """The low part of the root x0 = hi + lo of alpha_n expm1(x) + beta, for
+    hi = log(1 - beta/alpha_n) (_xielu_root_hi; float64; 0 < -hi <= 40 and alpha_n < 1e30). ``lo`` is one
+    Newton step, log(c e^-hi) ~ c e^-hi - 1 with c = (alpha_n - beta)/alpha_n, which needs
+    e^-hi to ~2^-80: expm1(-hi) is built as a double-word from a short Taylor series at
+    -hi 2^-16 (exact scaling) and 16 doublings. It depends on the parameters only, so the
+    CPU loops hoist it out of the element loop; on a GPU only threads near the root run it."""
+    T = type(an)
+    uh, ul = _expm1_dw(-hi)
     # (alpha_n - beta)(1 + u) - alpha_n = (alpha_n - beta) u - beta, with p - beta exact
     # (Sterbenz) and alpha_n - beta carried exactly as sh + st.
     sh, st = two_sum(an, -beta)
@@ -303,13 +376,35 @@ def xielu_dap(x, ap, an, beta, eps):
 
 
 @kernel
-def xielu_dan(x, ap, an, beta, eps):
+def _xielu_dan_side(x, eps):
+    """xielu_dan outside eps < x <= 0 (and NaN)."""
     T = type(x)
     if x > T(0.0):
         return T(0.0)
-    if x <= eps:
-        return expm1_minus_x(x)
-    return _em1_eps_minus_x(x, eps)
+    return expm1_minus_x(x)
+
+
+@kernel
+def xielu_dan(x, ap, an, beta, eps):
+    T = type(x)
+    if x > T(0.0) or not (x > eps):
+        return _xielu_dan_side(x, eps)
+    eh, el = _em1_eps_dw(eps)
+    return _em1_eps_minus_x(x, eps, eh, el)
+
+
+@kernel
+def xielu_dan_prep(ap, an, beta, eps):
+    return _em1_eps_dw(eps)
+
+
+@kernel
+def xielu_dan_prepared(x, ap, an, beta, eps, eh, el):
+    """xielu_dan(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_dan_prep(...)."""
+    T = type(x)
+    if x > T(0.0) or not (x > eps):
+        return _xielu_dan_side(x, eps)
+    return _em1_eps_minus_x(x, eps, eh, el)
 
 
 @kernel
@@ -446,7 +541,8 @@ define(
     dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
     bulk={"dx": xielu_dx_bulk},
     bulk_domain=_xielu_bulk_domain,
-    prepared={"dx": (xielu_dx_prep, xielu_dx_prepared)},
+    prepared={"f": (xielu_f_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
+              "alpha_n": (xielu_dan_prep, xielu_dan_prepared)},
     ref=_ref_xielu,
     ref_dx=_ref_xielu_dx,
     ref_dparams={
@@ -468,8 +564,11 @@ define(
         "df/deps = 0; torch.min's autograd would split the tie in half). "
         "Stability: expm1(x) - x is evaluated as x^2 P(x) on [-1, 0] (it is ~ x^2/2 and "
         "the plain difference cancels), the linear piece as (expm1(eps) - eps) + "
-        "(eps - x) with eps - x exact, and for x < -1 as alpha_n e^x-ish terms that stay "
-        "finite at -inf (f -> +inf since alpha_n > beta). The value crosses zero for "
+        "(eps - x) with eps - x exact (for eps < -1 as (e_hi - x) + e_lo with "
+        "expm1(eps) = e_hi + e_lo a double-word), and for x < -1 as "
+        "alpha_n expm1(x) + (beta - alpha_n) x in one fma, which stays finite at -inf "
+        "(f -> +inf since alpha_n > beta) and where (beta - alpha_n) x alone overflows. "
+        "The value crosses zero for "
         "x < 0, where its error is measured against the magnitude of the terms "
         "alpha_n|expm1(min(x,eps)) - x| + beta|x|. df/dx crosses zero at "
         "x0 = log1p(-beta/alpha_n); within a factor 2 of x0 it is computed as "

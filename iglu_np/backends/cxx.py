@@ -333,7 +333,8 @@ def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre")
     kernel whose parameters are the scalars ``pnames``, or ''."""
     if spec.prepared_for(which) is None:
         return ""
-    return f"{ind}const auto {var} = iglu_np::{spec.name}_{which}_prep<{ctype}>({', '.join(pnames)});\n"
+    cw = "fwd" if which == "f" else which  # the entry points' name (_prepared_wrappers)
+    return f"{ind}const auto {var} = iglu_np::{spec.name}_{cw}_prep<{ctype}>({', '.join(pnames)});\n"
 
 
 _VEC_STRUCT = """
