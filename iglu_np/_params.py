@@ -21,7 +21,7 @@ class Params:
     :class:`~iglu_np._spec.Param` tuple), ``param_names`` and ``defaults`` (a tuple in
     declaration order). Pickles by name (dask workers rebuild it from their registry)."""
 
-    __slots__ = ("spec", "name", "params", "param_names", "defaults", "by_name")
+    __slots__ = ("spec", "name", "params", "param_names", "defaults", "by_name", "index")
 
     def __init__(self, spec):
         self.spec = spec
@@ -30,6 +30,7 @@ class Params:
         self.param_names = spec.param_names
         self.defaults = tuple(p.default for p in spec.params)
         self.by_name = {p.name: p for p in spec.params}
+        self.index = {p.name: i for i, p in enumerate(spec.params)}
 
     def __reduce__(self):
         return (of, (self.name,))
@@ -75,15 +76,15 @@ def values(act: Params, params: dict) -> list:
     vals = list(act.defaults)
     if not params:
         return vals
-    names = act.param_names
+    index = act.index
     for k, v in params.items():
-        try:
-            i = names.index(k)
-        except ValueError:
-            raise unexpected(act, k) from None
-        vals[i] = check(act, act.by_name[k], v)
-    if act.spec.check is not None:
-        msg = act.spec.check(**dict(zip(names, vals)))
+        i = index.get(k)
+        if i is None:
+            raise unexpected(act, k)
+        vals[i] = check(act, act.params[i], v)
+    cross = act.spec.check
+    if cross is not None:
+        msg = cross(*vals)  # positional: define() checked its parameters' order
         if msg:
             raise ValueError(f"{act.name}: {msg}")
     return vals

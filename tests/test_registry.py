@@ -121,3 +121,17 @@ def test_define_rejects_unknown_keywords():
     with pytest.raises(TypeError, match="sumary"):
         define("not_registered", sumary="typo", formula="", f=abs, dx=abs, ref=abs, ref_dx=abs)
     assert "not_registered" not in iglu_np.ACTIVATIONS
+
+
+def test_define_rejects_a_check_with_other_parameters():
+    """Each call's validation passes ``check`` the parameters positionally, in declaration
+    order: a check declared with other names or another order is refused up front."""
+    from iglu_np._spec import Param, define
+
+    ps = [Param("lo", -1.0, "lower"), Param("hi", 1.0, "upper")]
+    kw = dict(summary="s", formula="", params=ps, f=lambda x, lo, hi: x, dx=lambda x, lo, hi: x,
+              dparams={"lo": lambda x, lo, hi: x, "hi": lambda x, lo, hi: x}, ref=abs, ref_dx=abs,
+              ref_dparams={"lo": abs, "hi": abs})
+    with pytest.raises(ValueError, match=r"check's parameters \['hi', 'lo'\] must be \['lo', 'hi'\]"):
+        define("not_registered_check", check=lambda hi, lo: None, **kw)
+    assert "not_registered_check" not in iglu_np.ACTIVATIONS

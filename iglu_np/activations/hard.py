@@ -6,9 +6,7 @@ PyTorch's hardswish_backward returns 1.
 """
 import math
 
-import numpy as np
-
-from .._spec import Param, define, kernel
+from .._spec import Param, any_at_least, define, kernel
 
 _TORCH = "PyTorch torch.nn.functional documentation (hardtanh, hardsigmoid, hardswish)"
 
@@ -57,7 +55,7 @@ def hardtanh_dhi(x, lo, hi):
 
 
 def _hardtanh_check(min_val, max_val):
-    if np.any(np.asarray(min_val) >= np.asarray(max_val)):
+    if any_at_least(min_val, max_val):
         return "min_val must be smaller than max_val"
     return None
 

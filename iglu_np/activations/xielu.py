@@ -7,11 +7,9 @@ so the domains below are the images of those maps (alpha_p > 0, alpha_n > beta).
 """
 import math
 
-import numpy as np
-
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._math import BIG, exp_expm1_neg, exp_scaled_times, fma, horner, is_f32, neg_side, two_prod, two_sum
-from .._spec import Param, define, kernel
+from .._spec import Param, any_at_least, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
 _CODE = "reference implementation: github.com/rubber-duck-debug/xielu (xielu/ops/wrappers.py)"
@@ -429,7 +427,7 @@ def xielu_deps(x, ap, an, beta, eps):
 
 
 def _xielu_check(alpha_p, alpha_n, beta, eps):
-    if np.any(np.asarray(alpha_n) <= np.asarray(beta)):
+    if any_at_least(beta, alpha_n):
         return ("alpha_n must be greater than beta (the reference parameterisation is "
                 "alpha_n = beta + softplus(.))")
     return None
