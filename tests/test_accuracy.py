@@ -362,6 +362,21 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 1e35, "alpha_n": 0.8, "beta": -1e35}),
     ("xiprelu", np.float64, [1.0000000000000002, 1.5, 0.9999999999999999],
      {"alpha_p": 1e295, "alpha_n": 0.8, "beta": -1e295}),
+    # a x + beta subnormal (subnormal a and beta), its rounding magnified by x (the random
+    # search of 2026-11-27: up to 6.2e6 ulp)
+    ("xiprelu", np.float64, [33999913.29590821, 9e6],
+     {"alpha_p": 2e-323, "alpha_n": 5.028130640429331e-119, "beta": -5.39e-321}),
+    ("xiprelu", np.float64, [-116099.11181098239, -18053.684702206283],
+     {"alpha_p": 0.0048743512163892605, "alpha_n": 1.5e-323, "beta": 0.0}),
+    ("xiprelu", np.float32, [-1733.6142578125, -5000.0],
+     {"alpha_p": 0.4297381341457367, "alpha_n": 5.605193857299268e-45, "beta": 0.0}),
+    ("xiprelu", np.float32, [2305.346923828125, 2579.399169921875],
+     {"alpha_p": 2.802596928649634e-45, "alpha_n": 1.3339323997497559, "beta": -4.203895392974451e-44}),
+    ("xielu", np.float32, [2063.466796875, 152725.28125],
+     {"alpha_p": 2.802596928649634e-45, "alpha_n": 23.116167068481445, "beta": -0.0,
+      "eps": -8.279254086235484e-15}),
+    ("xielu", np.float64, [18595.029990110874, 3e5],
+     {"alpha_p": 1.5e-323, "alpha_n": 0.11294252391310997, "beta": 0.0, "eps": -3.076798758064898}),
 ]
 
 
@@ -396,11 +411,12 @@ def test_xatlu_subnormal_x_rounds_once(dtype, alpha):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("eps", [-2.0, -1.0000001, -7.5, -39.9, -45.0])
+@pytest.mark.parametrize("eps", [-2.0, -1.0000001, -0.85, -0.3, -1e-6, -7.5, -39.9, -45.0])
 def test_xielu_value_near_expm1_eps(dtype, eps):
-    """xIELU between eps < -1 and 0 is alpha_n (expm1(eps) - x) + beta x: the rounded
-    expm1(eps) - x cancelled near x = expm1(eps) (alpha_n = 1, beta = 0.01, eps = -2:
-    18 ulp float32, 6.4 float64); expm1(eps) is now a double-word."""
+    """xIELU between eps and 0 is alpha_n (expm1(eps) - x) + beta x, which cancels near
+    x = expm1(eps): the rounded expm1(eps) (eps < -1; alpha_n = 1, beta = 0.01, eps = -2:
+    18 ulp float32, 6.4 float64) or expm1(eps) - eps (eps = -0.85: 25 ulp float32) left
+    their rounding in it; expm1(eps) is now a double-word."""
     e = float(np.expm1(dtype(eps)))
     k = np.arange(-6, 7)
     xs = np.concatenate([e + k * float(np.spacing(dtype(e))), e * (1 + k * 1e-3)])

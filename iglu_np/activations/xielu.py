@@ -47,16 +47,40 @@ def expm1_minus_x(m):
 @kernel
 def _em1_eps_minus_x(x, eps, eh, el):
     """expm1(eps) - x for eps < x <= 0 (and NaN), given expm1(eps) = eh + el
-    (_em1_eps_dw). For |eps| <= 1 as (expm1(eps) - eps) + (eps - x), eps - x exact near
-    eps, so it does not cancel. For eps < -1 not so: expm1(eps) - eps carried eps's
-    rounding (1e15 at eps = -1e22 in float32) into a result as small as |x|; there it is
-    (eh - x) + el, eh - x exact near eh (the rounded expm1(eps) - x cancelled near
-    x = expm1(eps): alpha_n = 1, beta = 0.01, eps = -2 put the value 18 ulp off in
-    float32, 6.4 in float64)."""
+    (_em1_eps_dw), as (eh - x) + el: eh - x is exact near eh (Sterbenz), where the value
+    cancels; elsewhere nothing cancels. The earlier (expm1(eps) - eps) + (eps - x) kept
+    expm1(eps) - eps's rounding, which the sum cancels near x = expm1(eps) (alpha_n = 1,
+    beta ~ 0, eps = -0.85: 21 ulp of the value in float32; eps = -2 with the rounded
+    expm1(eps): 18 ulp float32, 6.4 float64)."""
+    return (eh - x) + el
+
+
+# x (a x + beta) (xIPReLU; xIELU for x > 0) with a x + beta as one fma. Where a and beta are
+# so small that a x + beta is subnormal, its rounding (half a subnormal spacing) comes out
+# |x| times larger (xIPReLU float64 alpha_p = 2e-323, x = 3.4e7: 6.2e6 ulp; xIELU float32
+# alpha_p = 2.8e-45, x = 2063: 137 ulp). For |x| > 8 that needs |a|, |beta| below 2^-100
+# (float32) or 2^-960 (float64); there a and beta are scaled by 2^100 (2^200), exactly,
+# and x by the inverse: x 2^-100 is exact for |x| >= 2^-26 (below, its error times the
+# scaled factor, at most ~1, is under half a subnormal spacing), and the scaled factor
+# cannot overflow. The choice depends on the parameters alone (hoisted out of the loops):
+# an |x| test per element cost xIELU's forward 5%.
+_Q32_SMALL, _Q32_S = 7.888609052210118e-31, 1.2676506002282294e30
+_Q64_SMALL, _Q64_S, _Q64_SI = 1.0261342003245941e-289, 1.6069380442589903e60, 6.223015277861142e-61
+
+
+@kernel
+def _quad(x, a, beta):
+    """x (a x + beta), the factor rounded once (and rescaled where it can be subnormal)."""
     T = type(x)
-    if eps < T(-1.0):
-        return (eh - x) + el
-    return expm1_minus_x(eps) + (eps - x)
+    if is_f32(x):
+        small = abs(a) < T(_Q32_SMALL) and abs(beta) < T(_Q32_SMALL)
+        s = T(_Q32_S) if small else T(1.0)
+        si = T(_Q32_SMALL) if small else T(1.0)  # 2^-100
+    else:
+        small = abs(a) < T(_Q64_SMALL) and abs(beta) < T(_Q64_SMALL)
+        s = T(_Q64_S) if small else T(1.0)
+        si = T(_Q64_SI) if small else T(1.0)
+    return (x * si) * fma(a * s, x, beta * s)
 
 
 # --------------------------------------------------------------------------- xIELU
@@ -87,7 +111,7 @@ def _xielu_f_side(x, ap, an, beta, eps):
     """xielu_f outside eps < x <= 0 (and NaN)."""
     T = type(x)
     if x > T(0.0):
-        return x * (ap * x + beta)  # both terms >= 0: no cancellation
+        return _quad(x, ap, beta)  # both terms >= 0: no cancellation
     if x < T(-1.0):
         return _xielu_far(x, an, beta, math.expm1(x))
     return expm1_minus_x_times(x, an) + beta * x
@@ -166,18 +190,19 @@ def _expm1_dw(v):
 
 @kernel
 def _em1_eps_dw(eps):
-    """(eh, el): expm1(eps) = eh + el as a double-word for eps < -1 (float32: float64's
-    expm1 split; float64: _expm1_dw, or -1 + e^eps below -40, where e^eps < 2^-57);
-    (expm1(eps), 0) otherwise, where only its rounded value is used."""
+    """(eh, el): expm1(eps) = eh + el as a double-word, eps <= 0 (float32: float64's
+    expm1 split; float64: _expm1_dw, -1 + e^eps below -40, where e^eps < 2^-57, and
+    eps + eps^2 (1/2 + eps/6) above -2^-30, where _expm1_dw's eps 2^-16 would underflow
+    for a subnormal eps)."""
     T = type(eps)
-    if not (eps < T(-1.0)):
-        return math.expm1(eps), T(0.0)
     if is_f32(eps):
         e = math.expm1(numba.float64(eps))
         eh = T(e)
         return eh, T(e - numba.float64(eh))
     if eps < T(-40.0):
         return T(-1.0), math.exp(eps)
+    if eps > T(-9.313225746154785e-10):  # -2^-30
+        return eps, (eps * eps) * (T(0.5) + eps * T(_INV6_HI))
     return _expm1_dw(eps)
 
 
@@ -591,8 +616,8 @@ define(
 
 
 # --------------------------------------------------------------------------- xIPReLU
-# a x + beta as one fma: exact before its one rounding, so it neither cancels where the
-# two terms nearly meet nor overflows where a x does and beta = -+max brings it back
+# a x + beta as one fma (_quad): exact before its one rounding, so it neither cancels where
+# the two terms nearly meet nor overflows where a x does and beta = -+max brings it back
 # (float32 alpha_p = max, x = 1.0000001, beta = -max: inf for 4e31). It replaced a
 # two_prod pair, whose error term is dropped beyond 1e30 (float32 alpha_p = 1e35,
 # x = 1.0000001, beta = -1e35: 0.2 relative error), in fewer operations.
@@ -602,7 +627,7 @@ def xiprelu_f(x, ap, an, beta):
     a = an
     if x > T(0.0):
         a = ap
-    return x * fma(a, x, beta)
+    return _quad(x, a, beta)
 
 
 @kernel
