@@ -242,16 +242,25 @@ def fast(act, kind, data, params, out):
             g = g.reshape(-1)
     else:
         o1 = o
+    if n < THRESHOLD or fast.numba.get_num_threads() == 1:
+        # the operands spelled out: packing them into tuples cost ~0.15 us a call
+        if g is None:
+            if alias is None:
+                loop(x, o1, 0, n, *vals)
+            else:
+                loop(x, 0, n, *vals)
+        elif alias is None:
+            loop(x, g, o1, 0, n, *vals)
+        else:
+            loop(x, g, 0, n, *vals)
+        return o
     ins = (x,) if g is None else (x, g)
     if alias is None:
         ins = (*ins, o1)
-    if n >= THRESHOLD and fast.numba.get_num_threads() > 1:
-        # typed parameters: the dispatcher would type a Python float as float64
-        tv = [dt.type(v) for v in vals]
-        fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
-                    lambda: loop(*ins, 0, n, *vals), dt.char)
-    else:
-        loop(*ins, 0, n, *vals)
+    # typed parameters: the dispatcher would type a Python float as float64
+    tv = [dt.type(v) for v in vals]
+    fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
+                lambda: loop(*ins, 0, n, *vals), dt.char)
     return o
 
 
