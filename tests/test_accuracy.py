@@ -377,6 +377,17 @@ _EXTREME_PARAMETERS = [
       "eps": -8.279254086235484e-15}),
     ("xielu", np.float64, [18595.029990110874, 3e5],
      {"alpha_p": 1.5e-323, "alpha_n": 0.11294252391310997, "beta": 0.0, "eps": -3.076798758064898}),
+    # a x + beta overflowing where x (a x + beta) does not (|x| < 1)
+    ("xiprelu", np.float32, [-0.0001326208730461076, -0.5, 1e-30],
+     {"alpha_p": 1.7131955758227057e-23, "alpha_n": 2.223312865921048e37, "beta": -3.4028234663852886e38}),
+    ("xiprelu", np.float64, [0.147327313010815, 0.5, -1e-300, 1.5e308],
+     {"alpha_p": 1e305, "alpha_n": 16.1026864209999, "beta": 1.7976931348623157e308}),
+    ("xielu", np.float32, [0.001, 0.5, 1e-20],
+     {"alpha_p": 3.4e38, "alpha_n": 1.0, "beta": 3e38, "eps": -1e-6}),
+    # float32 expm1(eps) with e^eps below float64's rounding of -1 + e^eps
+    ("xielu", np.float32, [-1.0, -0.5, -1e-10],
+     {"alpha_p": 5.045075404682581e-32, "alpha_n": 1.0, "beta": 2.2420775429197073e-44,
+      "eps": -46.980587005615234}),
 ]
 
 

@@ -63,24 +63,39 @@ def _em1_eps_minus_x(x, eps, eh, el):
 # and x by the inverse: x 2^-100 is exact for |x| >= 2^-26 (below, its error times the
 # scaled factor, at most ~1, is under half a subnormal spacing), and the scaled factor
 # cannot overflow. The choice depends on the parameters alone (hoisted out of the loops):
-# an |x| test per element cost xIELU's forward 5%.
-_Q32_SMALL, _Q32_S = 7.888609052210118e-31, 1.2676506002282294e30
+# with an |x| test per element besides, xIELU's forward ran 10% slower (one thread).
+# At the other end, with |a| or |beta| above max/2 the factor overflows where x (a x + beta)
+# need not (|x| < 1; float32 alpha_n = 2.2e37, beta = -max, x = -1.3e-4: inf for 4.5e34):
+# there a and beta are halved and the product doubled last (x doubled first would overflow
+# for |x| > max/2, where the factor may cancel to 0: NaN).
+_Q32_SMALL, _Q32_S, _Q32_BIG = 7.888609052210118e-31, 1.2676506002282294e30, 1.7014117331926443e38
 _Q64_SMALL, _Q64_S, _Q64_SI = 1.0261342003245941e-289, 1.6069380442589903e60, 6.223015277861142e-61
+_Q64_BIG = 8.988465674311579e307
 
 
 @kernel
-def _quad(x, a, beta):
-    """x (a x + beta), the factor rounded once (and rescaled where it can be subnormal)."""
-    T = type(x)
-    if is_f32(x):
+def _quad_scale(a, beta):
+    """(a s, beta s, si, so) with x (a x + beta) = ((x si) fma(a s, x, beta s)) so: the
+    scaling above, from the parameters alone."""
+    T = type(a)
+    if is_f32(a):
         small = abs(a) < T(_Q32_SMALL) and abs(beta) < T(_Q32_SMALL)
-        s = T(_Q32_S) if small else T(1.0)
+        big = abs(a) > T(_Q32_BIG) or abs(beta) > T(_Q32_BIG)
+        s = T(_Q32_S) if small else (T(0.5) if big else T(1.0))
         si = T(_Q32_SMALL) if small else T(1.0)  # 2^-100
     else:
         small = abs(a) < T(_Q64_SMALL) and abs(beta) < T(_Q64_SMALL)
-        s = T(_Q64_S) if small else T(1.0)
+        big = abs(a) > T(_Q64_BIG) or abs(beta) > T(_Q64_BIG)
+        s = T(_Q64_S) if small else (T(0.5) if big else T(1.0))
         si = T(_Q64_SI) if small else T(1.0)
-    return (x * si) * fma(a * s, x, beta * s)
+    return a * s, beta * s, si, (T(2.0) if big else T(1.0))
+
+
+@kernel
+def _quad(x, a_s, b_s, si, so):
+    """x (a x + beta) from _quad_scale(a, beta) = (a_s, b_s, si, so), the factor rounded
+    once."""
+    return ((x * si) * fma(a_s, x, b_s)) * so
 
 
 # --------------------------------------------------------------------------- xIELU
@@ -110,8 +125,9 @@ def _xielu_f_mid(x, an, beta, eps, eh, el):
 def _xielu_f_side(x, ap, an, beta, eps):
     """xielu_f outside eps < x <= 0 (and NaN)."""
     T = type(x)
+    a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
     if x > T(0.0):
-        return _quad(x, ap, beta)  # both terms >= 0: no cancellation
+        return _quad(x, a_s, b_s, si, so)  # both terms >= 0: no cancellation
     if x < T(-1.0):
         return _xielu_far(x, an, beta, math.expm1(x))
     return expm1_minus_x_times(x, an) + beta * x
@@ -191,12 +207,17 @@ def _expm1_dw(v):
 @kernel
 def _em1_eps_dw(eps):
     """(eh, el): expm1(eps) = eh + el as a double-word, eps <= 0 (float32: float64's
-    expm1 split; float64: _expm1_dw, -1 + e^eps below -40, where e^eps < 2^-57, and
+    expm1 split, or -1 + e^eps below -20; float64: _expm1_dw, -1 + e^eps below -40, where e^eps < 2^-57, and
     eps + eps^2 (1/2 + eps/6) above -2^-30, where _expm1_dw's eps 2^-16 would underflow
     for a subnormal eps)."""
     T = type(eps)
     if is_f32(eps):
-        e = math.expm1(numba.float64(eps))
+        ed = numba.float64(eps)
+        if eps < T(-20.0):
+            # e^eps < 2^-28: float64's expm1 would round it away (eps = -47: 0 for the
+            # value 3.9e-21 at x = -1)
+            return T(-1.0), T(math.exp(ed))
+        e = math.expm1(ed)
         eh = T(e)
         return eh, T(e - numba.float64(eh))
     if eps < T(-40.0):
@@ -586,9 +607,10 @@ define(
         "value of the x < eps side is used (df/dx = alpha_n expm1(eps) + beta, "
         "df/deps = 0; torch.min's autograd would split the tie in half). "
         "Stability: expm1(x) - x is evaluated as x^2 P(x) on [-1, 0] (it is ~ x^2/2 and "
-        "the plain difference cancels), the linear piece as (expm1(eps) - eps) + "
-        "(eps - x) with eps - x exact (for eps < -1 as (e_hi - x) + e_lo with "
-        "expm1(eps) = e_hi + e_lo a double-word), and for x < -1 as "
+        "the plain difference cancels), the linear piece as (e_hi - x) + e_lo with "
+        "expm1(eps) = e_hi + e_lo a double-word (e_hi - x exact where it cancels), the "
+        "positive side's alpha_p x + beta as one fma (rescaled where it would be "
+        "subnormal), and for x < -1 as "
         "alpha_n expm1(x) + (beta - alpha_n) x in one fma, which stays finite at -inf "
         "(f -> +inf since alpha_n > beta) and where (beta - alpha_n) x alone overflows. "
         "The value crosses zero for "
@@ -624,10 +646,11 @@ define(
 @kernel
 def xiprelu_f(x, ap, an, beta):
     T = type(x)
-    a = an
-    if x > T(0.0):
-        a = ap
-    return _quad(x, a, beta)
+    # each side's scaling from its parameters (hoisted out of the loops), then the select
+    pa, pb, pi, po = _quad_scale(ap, beta)
+    na, nb, ni, no = _quad_scale(an, beta)
+    pos = x > T(0.0)
+    return _quad(x, pa if pos else na, pb if pos else nb, pi if pos else ni, po if pos else no)
 
 
 @kernel
