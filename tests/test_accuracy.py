@@ -384,6 +384,11 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 1e305, "alpha_n": 16.1026864209999, "beta": 1.7976931348623157e308}),
     ("xielu", np.float32, [0.001, 0.5, 1e-20],
      {"alpha_p": 3.4e38, "alpha_n": 1.0, "beta": 3e38, "eps": -1e-6}),
+    # a subnormal a with |beta| > max/2 (a halved to 0: NaN at x = +-inf)
+    ("xiprelu", np.float64, [-np.inf, np.inf, -1e300],
+     {"alpha_p": 0.001144615477486054, "alpha_n": 5e-324, "beta": 1.7976931348623157e308}),
+    ("xiprelu", np.float32, [np.inf, -np.inf, 1e30],
+     {"alpha_p": 1.401298464324817e-45, "alpha_n": 8460763660288.0, "beta": -3.4028234663852886e38}),
     # float32 expm1(eps) with e^eps below float64's rounding of -1 + e^eps
     ("xielu", np.float32, [-1.0, -0.5, -1e-10],
      {"alpha_p": 5.045075404682581e-32, "alpha_n": 1.0, "beta": 2.2420775429197073e-44,

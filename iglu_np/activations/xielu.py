@@ -67,7 +67,9 @@ def _em1_eps_minus_x(x, eps, eh, el):
 # At the other end, with |a| or |beta| above max/2 the factor overflows where x (a x + beta)
 # need not (|x| < 1; float32 alpha_n = 2.2e37, beta = -max, x = -1.3e-4: inf for 4.5e34):
 # there a and beta are halved and the product doubled last (x doubled first would overflow
-# for |x| > max/2, where the factor may cancel to 0: NaN).
+# for |x| > max/2, where the factor may cancel to 0: NaN). Not for |a| <= 1 (then |a x| < 1
+# for |x| < 1, far below beta's spacing): a subnormal a halved to 0, and fma(0, +-inf,
+# beta) gave NaN at x = +-inf (float64 alpha_n = 5e-324, beta = max).
 _Q32_SMALL, _Q32_S, _Q32_BIG = 7.888609052210118e-31, 1.2676506002282294e30, 1.7014117331926443e38
 _Q64_SMALL, _Q64_S, _Q64_SI = 1.0261342003245941e-289, 1.6069380442589903e60, 6.223015277861142e-61
 _Q64_BIG = 8.988465674311579e307
@@ -80,12 +82,12 @@ def _quad_scale(a, beta):
     T = type(a)
     if is_f32(a):
         small = abs(a) < T(_Q32_SMALL) and abs(beta) < T(_Q32_SMALL)
-        big = abs(a) > T(_Q32_BIG) or abs(beta) > T(_Q32_BIG)
+        big = abs(a) > T(_Q32_BIG) or (abs(beta) > T(_Q32_BIG) and abs(a) > T(1.0))
         s = T(_Q32_S) if small else (T(0.5) if big else T(1.0))
         si = T(_Q32_SMALL) if small else T(1.0)  # 2^-100
     else:
         small = abs(a) < T(_Q64_SMALL) and abs(beta) < T(_Q64_SMALL)
-        big = abs(a) > T(_Q64_BIG) or abs(beta) > T(_Q64_BIG)
+        big = abs(a) > T(_Q64_BIG) or (abs(beta) > T(_Q64_BIG) and abs(a) > T(1.0))
         s = T(_Q64_S) if small else (T(0.5) if big else T(1.0))
         si = T(_Q64_SI) if small else T(1.0)
     return a * s, beta * s, si, (T(2.0) if big else T(1.0))
