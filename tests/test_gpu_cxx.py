@@ -190,6 +190,18 @@ def _cpu(act, kind, x, g, ps):
         return act._ufunc(kind)(*args)
 
 
+def _kinds_host_and_cpu(lib, spec, act, dt, x, ps):
+    """(kind, grad_out or None, host C++ result, CPU ufunc result, their ulp difference) for
+    every kernel kind at the points x and parameters ps."""
+    pv = tuple(ps[p] for p in act.param_names)
+    g = np.linspace(-3.0, 3.0, x.size).astype(dt)
+    for kind in cxx.kernel_kinds(spec):
+        gg = g if kind.startswith("bwd") else None
+        got = H.host_call(lib, spec, kind, dt, x, g=gg, params=pv)
+        want = _cpu(act, kind, x, gg, ps)
+        yield kind, gg, got, want, H.ulp_diff(got, want)
+
+
 def _host_vs_cpu(host_libs, name, flags, max_ulp):
     spec = _spec_with_cxx(name)
     act = iglu_np.get(name)
@@ -198,18 +210,12 @@ def _host_vs_cpu(host_libs, name, flags, max_ulp):
     for dt in (np.float32, np.float64):
         sweep = H.sweep_points(dt)
         for ps in _param_sets(spec):
-            pv = tuple(ps[p] for p in act.param_names)
             # the spec's special points for these parameters (xIELU's root: its own branch)
             # and 16 neighbours each side
             sp = [dt(v) for v in acc.special_values(spec, ps) if np.isfinite(v)]
             near = [v + k * np.spacing(v) for v in sp for k in range(-16, 17)]
             x = np.concatenate([sweep, np.array(near, dtype=dt)])
-            g = np.linspace(-3.0, 3.0, x.size).astype(dt)
-            for kind in cxx.kernel_kinds(spec):
-                gg = g if kind.startswith("bwd") else None
-                got = H.host_call(lib, spec, kind, dt, x, g=gg, params=pv)
-                want = _cpu(act, kind, x, gg, ps)
-                d = H.ulp_diff(got, want)
+            for kind, gg, got, want, d in _kinds_host_and_cpu(lib, spec, act, dt, x, ps):
                 if max_ulp > 0:  # bit-for-bit (max_ulp 0) counts subnormal differences too
                     with np.errstate(all="ignore"):
                         d = np.where(np.abs(got - want) <= 4 * np.finfo(dt).tiny, 0.0, d)
@@ -282,11 +288,5 @@ def test_host_cxx_matches_cpu_at_extreme_parameters(host_libs, name, dtype, xs, 
     lib = _lib(host_libs, spec, ("-O2", "-ffp-contract=off"))
     x = np.array(xs, dtype)
     ps = {k: float(dtype(v)) for k, v in params.items()}
-    pv = tuple(ps[p] for p in act.param_names)
-    g = np.linspace(-3.0, 3.0, x.size).astype(dtype)
-    for kind in cxx.kernel_kinds(spec):
-        gg = g if kind.startswith("bwd") else None
-        got = H.host_call(lib, spec, kind, dtype, x, g=gg, params=pv)
-        want = _cpu(act, kind, x, gg, ps)
-        d = H.ulp_diff(got, want)
+    for kind, _, got, want, d in _kinds_host_and_cpu(lib, spec, act, dtype, x, ps):
         assert d.max() == 0, (kind, x, got, want)

@@ -145,16 +145,16 @@ def xielu_f(x, ap, an, beta, eps):
 
 
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
-# its double-word once per thread (the spec's ``prepared``), not in every thread between
-# eps and 0 (most of them for eps < -1); the CPU loops hoist it.
+# its double-word once per thread (the spec's ``prepared``, for the value and d_alpha_n),
+# not in every thread between eps and 0 (most of them for eps < -1); the CPU loops hoist it.
 @kernel
-def xielu_f_prep(ap, an, beta, eps):
+def xielu_eps_prep(ap, an, beta, eps):
     return _em1_eps_dw(eps)
 
 
 @kernel
 def xielu_f_prepared(x, ap, an, beta, eps, eh, el):
-    """xielu_f(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_f_prep(...)."""
+    """xielu_f(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_eps_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
         return _xielu_f_side(x, ap, an, beta, eps)
@@ -440,13 +440,8 @@ def xielu_dan(x, ap, an, beta, eps):
 
 
 @kernel
-def xielu_dan_prep(ap, an, beta, eps):
-    return _em1_eps_dw(eps)
-
-
-@kernel
 def xielu_dan_prepared(x, ap, an, beta, eps, eh, el):
-    """xielu_dan(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_dan_prep(...)."""
+    """xielu_dan(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_eps_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
         return _xielu_dan_side(x, eps)
@@ -587,8 +582,8 @@ define(
     dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
     bulk={"dx": xielu_dx_bulk},
     bulk_domain=_xielu_bulk_domain,
-    prepared={"f": (xielu_f_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
-              "alpha_n": (xielu_dan_prep, xielu_dan_prepared)},
+    prepared={"f": (xielu_eps_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
+              "alpha_n": (xielu_eps_prep, xielu_dan_prepared)},
     ref=_ref_xielu,
     ref_dx=_ref_xielu_dx,
     ref_dparams={
