@@ -239,9 +239,11 @@ def exp_scaled(y, ylo):
 
 
 _TWO_64 = 1.8446744073709552e19  # 2^64
-# Powers of two for the parameter-scaled forms (squareplus, CELU, gelu's tail)
+# Powers of two for the parameter-scaled forms (squareplus, CELU, gelu's tail, xIPReLU)
 _TWO_512, _TWO_M512 = 1.3407807929942597e154, 7.458340731200207e-155
 _TWO_M60, _TWO_M500 = 8.673617379884035e-19, 3.054936363499605e-151
+_TWO_100, _TWO_M100 = 1.2676506002282294e30, 7.888609052210118e-31
+_TWO_200, _TWO_M200 = 1.6069380442589903e60, 6.223015277861142e-61
 
 
 @kernel

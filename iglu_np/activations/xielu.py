@@ -8,7 +8,8 @@ so the domains below are the images of those maps (alpha_p > 0, alpha_n > beta).
 import math
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import BIG, exp_expm1_neg, exp_scaled_times, fma, horner, is_f32, neg_side, two_prod, two_sum
+from .._math import (_TWO_100, _TWO_200, _TWO_M100, _TWO_M200, _TWO_M960, BIG, exp_expm1_neg,
+                     exp_scaled_times, fma, horner, is_f32, neg_side, two_prod, two_sum)
 from .._spec import Param, any_at_least, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -45,7 +46,7 @@ def expm1_minus_x(m):
 
 
 @kernel
-def _em1_eps_minus_x(x, eps, eh, el):
+def _em1_eps_minus_x(x, eh, el):
     """expm1(eps) - x for eps < x <= 0 (and NaN), given expm1(eps) = eh + el
     (_em1_eps_dw), as (eh - x) + el: eh - x is exact near eh (Sterbenz), where the value
     cancels; elsewhere nothing cancels. The earlier (expm1(eps) - eps) + (eps - x) kept
@@ -70,9 +71,7 @@ def _em1_eps_minus_x(x, eps, eh, el):
 # for |x| > max/2, where the factor may cancel to 0: NaN). Not for |a| <= 1 (then |a x| < 1
 # for |x| < 1, far below beta's spacing): a subnormal a halved to 0, and fma(0, +-inf,
 # beta) gave NaN at x = +-inf (float64 alpha_n = 5e-324, beta = max).
-_Q32_SMALL, _Q32_S, _Q32_BIG = 7.888609052210118e-31, 1.2676506002282294e30, 1.7014117331926443e38
-_Q64_SMALL, _Q64_S, _Q64_SI = 1.0261342003245941e-289, 1.6069380442589903e60, 6.223015277861142e-61
-_Q64_BIG = 8.988465674311579e307
+_Q32_BIG, _Q64_BIG = 1.7014117331926443e38, 8.988465674311579e307  # max/2
 
 
 @kernel
@@ -81,15 +80,15 @@ def _quad_scale(a, beta):
     scaling above, from the parameters alone."""
     T = type(a)
     if is_f32(a):
-        small = abs(a) < T(_Q32_SMALL) and abs(beta) < T(_Q32_SMALL)
+        small = abs(a) < T(_TWO_M100) and abs(beta) < T(_TWO_M100)
         big = abs(a) > T(_Q32_BIG) or (abs(beta) > T(_Q32_BIG) and abs(a) > T(1.0))
-        s = T(_Q32_S) if small else (T(0.5) if big else T(1.0))
-        si = T(_Q32_SMALL) if small else T(1.0)  # 2^-100
+        s = T(_TWO_100) if small else (T(0.5) if big else T(1.0))
+        si = T(_TWO_M100) if small else T(1.0)
     else:
-        small = abs(a) < T(_Q64_SMALL) and abs(beta) < T(_Q64_SMALL)
+        small = abs(a) < T(_TWO_M960) and abs(beta) < T(_TWO_M960)
         big = abs(a) > T(_Q64_BIG) or (abs(beta) > T(_Q64_BIG) and abs(a) > T(1.0))
-        s = T(_Q64_S) if small else (T(0.5) if big else T(1.0))
-        si = T(_Q64_SI) if small else T(1.0)
+        s = T(_TWO_200) if small else (T(0.5) if big else T(1.0))
+        si = T(_TWO_M200) if small else T(1.0)
     return a * s, beta * s, si, (T(2.0) if big else T(1.0))
 
 
@@ -112,10 +111,10 @@ def _xielu_far(x, an, beta, e):
 
 
 @kernel
-def _xielu_f_mid(x, an, beta, eps, eh, el):
+def _xielu_f_mid(x, an, beta, eh, el):
     """xielu_f for eps < x <= 0, given _em1_eps_dw(eps) = (eh, el)."""
     T = type(x)
-    r = an * _em1_eps_minus_x(x, eps, eh, el) + beta * x
+    r = an * _em1_eps_minus_x(x, eh, el) + beta * x
     # Both terms overflow with opposite signs for a huge |x| > |eps| > 1 (alpha_n = beta =
     # 8e19 in float32, eps = -7.7e26, x = -1e20: NaN for 8.8e32); there x << e, and
     # _xielu_far's form (the same function) does not cancel. Only where r is not finite:
@@ -124,7 +123,7 @@ def _xielu_f_mid(x, an, beta, eps, eh, el):
 
 
 @kernel
-def _xielu_f_side(x, ap, an, beta, eps):
+def _xielu_f_side(x, ap, an, beta):
     """xielu_f outside eps < x <= 0 (and NaN)."""
     T = type(x)
     a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
@@ -139,9 +138,9 @@ def _xielu_f_side(x, ap, an, beta, eps):
 def xielu_f(x, ap, an, beta, eps):
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_f_side(x, ap, an, beta, eps)
+        return _xielu_f_side(x, ap, an, beta)
     eh, el = _em1_eps_dw(eps)
-    return _xielu_f_mid(x, an, beta, eps, eh, el)
+    return _xielu_f_mid(x, an, beta, eh, el)
 
 
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
@@ -157,8 +156,8 @@ def xielu_f_prepared(x, ap, an, beta, eps, eh, el):
     """xielu_f(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_eps_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_f_side(x, ap, an, beta, eps)
-    return _xielu_f_mid(x, an, beta, eps, eh, el)
+        return _xielu_f_side(x, ap, an, beta)
+    return _xielu_f_mid(x, an, beta, eh, el)
 
 
 # 1/6 as a double-word and the Taylor tail 1/k!, k = 4..8, of expm1 at |r| <= 6.1e-4.
@@ -209,9 +208,9 @@ def _expm1_dw(v):
 @kernel
 def _em1_eps_dw(eps):
     """(eh, el): expm1(eps) = eh + el as a double-word, eps <= 0 (float32: float64's
-    expm1 split, or -1 + e^eps below -20; float64: _expm1_dw, -1 + e^eps below -40, where e^eps < 2^-57, and
-    eps + eps^2 (1/2 + eps/6) above -2^-30, where _expm1_dw's eps 2^-16 would underflow
-    for a subnormal eps)."""
+    expm1 split, or -1 + e^eps below -20; float64: _expm1_dw, -1 + e^eps below -40, where
+    e^eps < 2^-57, and eps + eps^2 (1/2 + eps/6) above -2^-30, where _expm1_dw's eps 2^-16
+    would underflow for a subnormal eps)."""
     T = type(eps)
     if is_f32(eps):
         ed = numba.float64(eps)
@@ -422,7 +421,7 @@ def xielu_dap(x, ap, an, beta, eps):
 
 
 @kernel
-def _xielu_dan_side(x, eps):
+def _xielu_dan_side(x):
     """xielu_dan outside eps < x <= 0 (and NaN)."""
     T = type(x)
     if x > T(0.0):
@@ -434,9 +433,9 @@ def _xielu_dan_side(x, eps):
 def xielu_dan(x, ap, an, beta, eps):
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_dan_side(x, eps)
+        return _xielu_dan_side(x)
     eh, el = _em1_eps_dw(eps)
-    return _em1_eps_minus_x(x, eps, eh, el)
+    return _em1_eps_minus_x(x, eh, el)
 
 
 @kernel
@@ -444,8 +443,8 @@ def xielu_dan_prepared(x, ap, an, beta, eps, eh, el):
     """xielu_dan(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_eps_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_dan_side(x, eps)
-    return _em1_eps_minus_x(x, eps, eh, el)
+        return _xielu_dan_side(x)
+    return _em1_eps_minus_x(x, eh, el)
 
 
 @kernel

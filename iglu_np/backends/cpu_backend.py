@@ -28,8 +28,6 @@ import numpy as np
 
 from .._dtypes import F16 as _F16
 from .._dtypes import F32 as _F32
-from .._dtypes import F32_MAX as _F32_MAX
-from .._dtypes import F32_TINY as _F32_TINY
 from .._dtypes import F64 as _F64
 from .._dtypes import all_half as _all_half
 from .._dtypes import beyond_f32 as _beyond_f32
@@ -176,16 +174,11 @@ def fast(act, kind, data, params, out):
             return None
     if params:
         vals = _values(act, params)  # validates; raises the usual errors
-        # scalars only; for float32 data, values float32 holds (others compute in float64
-        # on the general path): one pass, beyond_f32's test inlined for Python numbers
+        if dt is _F32 and _beyond_f32(vals) is not None:
+            return None  # computed in float64 by the general path
         for v in vals:
             tv = type(v)
-            if tv is float or tv is int:
-                if dt is _F32:
-                    a = abs(v)
-                    if a > _F32_MAX or (a != 0 and a < _F32_TINY):
-                        return None
-            elif not isinstance(v, np.floating) or (dt is _F32 and _beyond_f32((v,)) is not None):
+            if tv is not float and tv is not int and not isinstance(v, np.floating):
                 return None
     else:
         vals = act.defaults
