@@ -275,6 +275,38 @@ def exp_scaled_times(y, a):
     return (a_s if tail else a), exp_dw(hi, lo), (T(_TWO_M64) if tail else T(1.0))
 
 
+# 192 ln2 (float32) and 1152 ln2 (float64): 3 and 18 times the above, on the same grids
+_K192_HI32, _K192_LO32 = 3.0 * _K64_HI32, 3.0 * _K64_LO32
+_K1152_HI64, _K1152_LO64 = 18.0 * _K64_HI64, 18.0 * _K64_LO64
+_TWO_544 = 5.758609657015292e163  # 2^544
+
+
+@kernel
+def exp_scaled_over(y, ylo, b):
+    """``(m, b', s)`` with ``exp(y + ylo) / b = (m / b') s`` for b > 0, rounded once into
+    the subnormal range like :func:`exp_scaled` (which this is for b >= 2^-64: b' = b),
+    also where b is so small that e^y/b is normal while exp_scaled's e^(y + 64 ln2)
+    underflows (softplus at float32 beta = 3.8e-31, x = -4e32 was 0 for 2.6e-36): in the
+    tail b < 2^-64 is taken as b' = b 2^128 (2^1088 float64) and exp's argument moves by
+    192 ln2 (1152 ln2), so m stays normal wherever the result is (b >= the smallest
+    subnormal) and never overflows (y < -80 float32, -700 float64). Selects only."""
+    T = type(y)
+    small = b < T(_TWO_M64)
+    if is_f32(y):
+        tail = y < T(-80.0)
+        b_s = (b * T(_TWO_64)) * T(_TWO_64) if small else b
+        kh = T(_K192_HI32) if small else T(_K64_HI32)
+        kl = T(_K192_LO32) if small else T(_K64_LO32)
+    else:
+        tail = y < T(-700.0)
+        b_s = (b * T(_TWO_544)) * T(_TWO_544) if small else b
+        kh = T(_K1152_HI64) if small else T(_K64_HI64)
+        kl = T(_K1152_LO64) if small else T(_K64_LO64)
+    hi = y + (kh if tail else T(0.0))
+    lo = ylo + (kl if tail else T(0.0))
+    return exp_dw(hi, lo), (b_s if tail else b), (T(_TWO_M64) if tail else T(1.0))
+
+
 @kernel
 def sigmoid(x):
     """Logistic function, accurate in both tails (no 1 - small cancellation)."""

@@ -209,6 +209,13 @@ _SOFTPLUS_EDGES = [
     # branch at y = threshold (dx 0 for 1; round 2 of the search, 2026-11-27)
     (np.float32, -1712096768.0, 1.1225505657259997e+21, -1.9219152091745686e+30),
     (np.float64, -1.7e300, 1.1e-5, -1.8700000000000001e+295),
+    # a subnormal threshold: fma's residual underflowed (2.3e12 for 4.8e-33; round 3,
+    # 2026-11-27)
+    (np.float32, 4.778039601969029e-33, 2.9686225266195576e-13, 1.401298464324817e-45),
+    (np.float64, -1.23889e-318, 0.37, -4.5839e-319),
+    # x = 0 with a huge beta (its scaled residual must not be inf * 0)
+    (np.float32, 0.0, 7.782354701135085e+21, -290.2023010253906),
+    (np.float64, 0.0, 1.2697694756813944e+288, -8.169845265237743e-39),
 ]
 
 
@@ -310,6 +317,17 @@ _EXTREME_PARAMETERS = [
      {"beta": 6.302641007837754e-32, "threshold": 5.0}),
     ("softplus", np.float32, [-2.8968461828478686e30, -4e30], {"beta": 2.9003692460776484e-29, "threshold": 0.0}),
     ("softplus", np.float64, [-1.298570807369579e308, -5e307], {"beta": 5.56106010049953e-306, "threshold": 5.0}),
+    # softplus with beta < 2^-64: e^(y + 64 ln2) underflowed where e^y/beta and the
+    # beta-derivative are normal (float32 beta = 3.8e-31, x = -4e32: 0 for 2.6e-36; float64
+    # beta = 1e-300, x = -8e302: d_beta 0 for -2.9e255)
+    ("softplus", np.float32, [-4e32, -4.4e32, -4.2e32, -3.5e32, -2.2e32, -2e32, -1e30],
+     {"beta": 3.8e-31, "threshold": 20.0}),
+    ("softplus", np.float32, [-1.5e38, -1.8e38, -1.9e38, -8.5e37, -3.4e38], {"beta": 1e-36, "threshold": 0.0}),
+    ("softplus", np.float32, [-1.2e18, -1.7e18, -1.75e18, -1.8e18, -1e18], {"beta": 1e-16, "threshold": 20.0}),
+    ("softplus", np.float64, [-8e302, -1e303, -1.2e303, -1.35e303, -1.44e303, -6.9e302, -1e301],
+     {"beta": 1e-300, "threshold": 20.0}),
+    ("softplus", np.float64, [-7.5e307, -1e308, -1.5e308, -1.79e308], {"beta": 1e-305, "threshold": 20.0}),
+    ("softplus", np.float64, [-7e14, -7.7e14, -7.8e14, -7.85e14, -7.9e14, -8e14], {"beta": 1e-12, "threshold": 20.0}),
     # a x + beta cancelling with a huge a or x: two_prod's error term was dropped for
     # |a| or |x| >= 1e30 (1e290), a relic of Dekker's split
     ("xiprelu", np.float32, [2.49999932754146e-36, 2.4e-36, 1e-37],

@@ -2,8 +2,18 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import _TWO_64, exp_dw, exp_normal, exp_scaled, fma, is_f32, log1p_unit, two_prod
+from .._math import (_TWO_64, _TWO_512, _TWO_M64, _TWO_M512, exp_dw, exp_normal,
+                     exp_scaled_over, fma, is_f32, log1p_unit, two_prod)
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._spec import Param, define, kernel
+
+
+# exact powers of two for the scalings below
+_TWO_256, _TWO_M256 = 2.0 ** 256, 2.0 ** -256
+_TWO_128, _TWO_M128 = 2.0 ** 128, 2.0 ** -128
+_TWO_32, _TWO_M32 = 2.0 ** 32, 2.0 ** -32
+_TWO_16, _TWO_M16 = 2.0 ** 16, 2.0 ** -16
+_TWO_M90, _TWO_M900 = 2.0 ** -90, 2.0 ** -900
 
 
 @kernel
@@ -13,12 +23,22 @@ def _beta_x(x, beta, threshold):
     and with it a jump of log1p(exp(-threshold))/beta, right at the boundary)."""
     T = type(x)
     # The kernels take two_prod's pair (yl = 0 from |y| >= 1e30, where exp's tail no
-    # longer needs it); the test takes fma's residual at every magnitude (the same fma: the
-    # compilers share it): a rounded product took the wrong branch at y = threshold
+    # longer needs it); the test takes fma's residual at every magnitude: a rounded
+    # product took the wrong branch at y = threshold
     # (float32 beta = 1.5e30, x = 1.33e-30, threshold = 2: 9e5 ulp; beta = 1.1e21,
     # x = -1.7e9, threshold = -1.92e30: dx 0 for 1).
     yh, yl = two_prod(beta, x)
-    ye = fma(beta, x, -yh)
+    # yh = threshold below 2^-90 (2^-900), where the residual may underflow, needs a
+    # threshold that small: the residual is then taken 2^64 (2^128) larger (exact; beta
+    # 2^k cannot overflow where yh can equal such a threshold), a choice on the parameter
+    # alone (hoisted). A subnormal threshold took the wrong branch (float32 beta = 3e-13,
+    # x = 4.8e-33, threshold = 1.4e-45: 2.3e12 for 4.8e-33; float64 beta = 0.37,
+    # x = -1.2e-318: 1.87 for -1.2e-318).
+    if is_f32(x):
+        sc = T(_TWO_64) if abs(threshold) < T(_TWO_M90) else T(1.0)
+    else:
+        sc = T(_TWO_128) if abs(threshold) < T(_TWO_M900) else T(1.0)
+    ye = fma(beta * sc, x, -(yh * sc))
     # y = 0 with x > 0 is an underflowed product, positive (beta > 0): threshold = 0,
     # beta = x = 1e-25 (float32) returned log(2)/beta = 6.9e24 instead of x.
     linear = yh > threshold or (yh == threshold and (ye > T(0.0) or (yh == T(0.0) and x > T(0.0))))
@@ -47,10 +67,12 @@ def softplus_f(x, beta, threshold):
     # has condition |y|; for y > 0, y + log1p(exp(-y)) (no overflow), the low part of y
     # entering additively. exp(-|y|) = m sc (exp_scaled): in its tail log1p(u) = u, kept
     # 2^64 larger and scaled last, so u/beta rounds once (beta = 0.001: 496 subnormal
-    # steps off when u was rounded first).
-    m, sc = exp_scaled(nh, nl)
-    l = log1p_unit(m) if sc == T(1.0) else m
-    r = (yh + (yl + l * sc)) / beta if pos else (l / beta) * sc
+    # steps off when u was rounded first); exp_scaled_over keeps it normal for a tiny beta
+    # too, where u/beta is normal. For y > 0 in that tail u is below y's rounding.
+    m, b, sc = exp_scaled_over(nh, nl, beta)
+    near = sc == T(1.0)
+    l = log1p_unit(m) if near else m
+    r = (yh + (yl + (l if near else T(0.0)))) / beta if pos else (l / b) * sc
     return x if linear else r
 
 
@@ -92,26 +114,92 @@ def softplus_dx_bulk(x, beta, threshold):
 
 
 @kernel
-def softplus_dbeta(x, beta, threshold):
+def _softplus_dbeta32(x, beta, threshold):
+    """float32's d_beta in float64, rounded once: y = beta x is exact there (the branch
+    test too), and e^-|y| and beta^2 are normal wherever the float32 result is not 0
+    (|y| < 745, beta^2 >= 2^-298), so it needs no scaling (float32's own exp, scaled by
+    2^64, underflowed where the result is normal: beta = 3.8e-31, x = -4e32 gave 0 for
+    -1.6e-3; one scale cannot cover it, the result's range being twice beta's)."""
     T = type(x)
+    bd = numba.float64(beta)
+    y = bd * numba.float64(x)
+    D = type(y)
+    a = abs(y)
+    u = math.exp(-a)
+    t = D(0.0) if u == D(0.0) else a * (u / (D(1.0) + u))  # y = -inf: no inf * 0
+    r = -(t + log1p_unit(u)) / (bd * bd)
+    return T(0.0) if y > numba.float64(threshold) else T(r)
+
+
+# float64 beta < 1: the tail's e^y is taken as m 2^-S with S = 2n or 2n + 64, beta 2^n
+# in [2^-16, 1) (n a multiple of 16, by a ladder of exact scalings), and the result as
+# h / (beta^2 2^S): beta^2 2^S is then in [2^-32, 1) or [2^32, 2^64), m stays normal where
+# the result is (the +64 for y below about -S ln2 - 7, where the result falls below ~1)
+# and never overflows where it is finite. One shift for all y cannot do it: beta^2 spans
+# twice beta's exponent range (float64 beta = 1e-300, x = -8e302: 0 for -2.9e255).
+_K32_HI64, _K32_LO64 = 22.18070977791831, -5.96540375591777e-14  # 32 ln2, hi on 2^-41
+
+
+@kernel
+def _ladder(v, n, up, down, s):
+    """(v up, n + s) where v < down (= 1/up, up = 2^s exactly), else (v, n)."""
+    T = type(v)
+    low = v < down
+    return (v * up if low else v), (n + s if low else n)
+
+
+@kernel
+def softplus_db_prep(beta, threshold):
+    """(k, d, b2, ysplit): in exp's tail the shift is 32 k ln2 (32 (k + 2) ln2 below
+    ysplit) and h/beta^2 is (h/d)/b2 (d 2^64 below ysplit). beta >= 1 (and float32,
+    which takes _softplus_dbeta32): exp_scaled's one shift of 64 ln2 and
+    (h/beta)/(beta 2^64)."""
+    T = type(beta)
+    if is_f32(beta):
+        z = T(0.0)
+        return z, z, z, z
+    if not beta < T(1.0):
+        return T(2.0), beta, beta * T(_TWO_64), T(-math.inf)
+    # each step keeps v exact and ends with v >= 2^-s (v >= 2^-2s before it)
+    v, n = _ladder(beta, T(0.0), T(_TWO_512), T(_TWO_M512), T(512.0))
+    v, n = _ladder(v, n, T(_TWO_512), T(_TWO_M512), T(512.0))
+    v, n = _ladder(v, n, T(_TWO_256), T(_TWO_M256), T(256.0))
+    v, n = _ladder(v, n, T(_TWO_128), T(_TWO_M128), T(128.0))
+    v, n = _ladder(v, n, T(_TWO_64), T(_TWO_M64), T(64.0))
+    v, n = _ladder(v, n, T(_TWO_32), T(_TWO_M32), T(32.0))
+    v, n = _ladder(v, n, T(_TWO_16), T(_TWO_M16), T(16.0))
+    k = n / T(16.0)  # S = 2n = 32 k
+    return k, v * v, T(1.0), -(k * T(_K32_HI64)) - T(7.0)
+
+
+@kernel
+def softplus_dbeta_prepared(x, beta, threshold, k, d, b2, ysplit):
+    """softplus_dbeta(x, beta, threshold), bit for bit, given softplus_db_prep(...)."""
+    T = type(x)
+    if is_f32(x):
+        return _softplus_dbeta32(x, beta, threshold)
     yh, yl, linear = _beta_x(x, beta, threshold)
     # (y sigma(y) - softplus(y))/beta^2. The bracket h is even in y and equals
     # -(|y| u/(1 + u) + log1p(u)) with u = exp(-|y|): two terms of one sign, where the
     # textbook form cancels to ~(1 + y) e^-y for y >> 0.
     nh, nl, pos = _neg_abs_y(yh, yl)
-    # u = m sc (exp_scaled): in the far tail, where u is subnormal, the bracket is kept
-    # 2^64 larger (log1p(u) = u there) and sc is applied in the last division, one rounding.
-    m, sc = exp_scaled(nh, nl)
-    u = m * sc
+    tail = nh < T(-700.0)
+    deep = nh < ysplit
+    kk = (k + T(2.0) if deep else k) if tail else T(0.0)
+    m = exp_dw(nh + kk * T(_K32_HI64), nl + kk * T(_K32_LO64))  # kk 32 ln2's hi: exact
+    # in the tail u = m 2^-S is below e^-700: 1 + u = 1 and log1p(u) = u, kept as m
+    u = T(0.0) if tail else m
     a = T(0.0) if m == T(0.0) else abs(yh)  # u = 0 at y = -inf, where |y| u would be NaN
     t = a * (m / (T(1.0) + u))
-    h = -(t + (math.log1p(u) if sc == T(1.0) else m))
-    # sc on the second beta, as beta 2^64 (exact; exp_scaled's sc is 2^-64 or 1): applied
-    # last, h/beta^2 (kept 2^64 larger in exp's tail) overflowed first for a tiny beta
-    # (float32 beta = 6.3e-32, x = -1.6e33: -inf for -5.7e21). The same roundings.
-    bs = beta * (T(_TWO_64) if sc < T(1.0) else T(1.0))
-    r = (h / beta) / bs
+    h = -(t + (m if tail else log1p_unit(u)))
+    r = (h / ((d * T(_TWO_64) if deep else d) if tail else beta)) / (b2 if tail else beta)
     return T(0.0) if linear else r
+
+
+@kernel
+def softplus_dbeta(x, beta, threshold):
+    k, d, b2, ysplit = softplus_db_prep(beta, threshold)
+    return softplus_dbeta_prepared(x, beta, threshold, k, d, b2, ysplit)
 
 
 @kernel
@@ -195,6 +283,7 @@ define(
     bulk={"f": softplus_f_bulk, "dx": softplus_dx_bulk},
     bulk_domain=_softplus_bulk_domain,
     dparams={"beta": softplus_dbeta, "threshold": softplus_dthreshold},
+    prepared={"beta": (softplus_db_prep, softplus_dbeta_prepared)},
     ref=_ref_softplus,
     ref_dx=_ref_softplus_dx,
     ref_dparams={"beta": _ref_softplus_db, "threshold": _ref_softplus_dt},
@@ -207,7 +296,10 @@ define(
         "otherwise cost |beta x|/2 ulp. For y > 0 it is y + log1p(exp(-y)) (no overflow). "
         "The beta-derivative (y sigma(y) - softplus(y))/beta^2 cancels for y >> 0 in that "
         "form; it is computed as -(|y| u/(1+u) + log1p(u))/beta^2 with u = exp(-|y|) "
-        "(the bracket is even in y). The derivatives follow PyTorch at the threshold: "
+        "(the bracket is even in y). In exp's tail the results are kept normal by exact "
+        "powers of two, for a tiny beta too (e^(beta x)/beta is normal where e^(beta x) is "
+        "not; float32's beta-derivative is computed in float64). The derivatives follow "
+        "PyTorch at the threshold: "
         "df/dx = 1 and df/dbeta = 0 where beta x > threshold, sigma(beta x) and the smooth "
         "formula at equality. df/dthreshold = 0 almost everywhere (a jump's location)."
     ),
