@@ -286,6 +286,13 @@ _EXTREME_PARAMETERS = [
     ("z_approx", np.float64, [-np.inf, np.inf, -1e300], {"sigma": 2.09e-316}),
     ("iglu_approx", np.float32, [np.inf, -np.inf, 3e38], {"sigma": 4.68e-42}),
     ("iglu_approx", np.float64, [np.inf, -np.inf, 1e308], {"sigma": 2.5e-323}),
+    # 1/x subnormal where sigma is no larger: 4.0-4.05 ulp (the search of 2026-11-27)
+    ("iglu_approx", np.float32, [-3.4028228579130005e+38, 3.4028114997636224e+38, -3e38, 1e30],
+     {"sigma": 2.802596928649634e-45}),
+    ("iglu_approx", np.float32, [-3.4023214767475982e+38, 2e38], {"sigma": 1.37887768889562e-42}),
+    ("iglu_approx", np.float64, [-1.797693134823955e+308, 1.7976931348623151e+308, -1e305],
+     {"sigma": 1.9e-322}),
+    ("iglu_approx", np.float64, [-1.7976926348181613e+308, 1.5e308], {"sigma": 3.438555368523e-312}),
     # alpha > max/2: 1 + 2 alpha overflowed (NaN or inf for finite values, NaN for inf)
     ("xatlu", np.float32, [-4.38e33, -83.5, -0.3, 0.5, 1.2], {"alpha": 3.4e38}),
     ("xatlu", np.float64, [-1.1e-13, -3.0, 1.5, -1e300], {"alpha": 1.7976931348623157e308}),

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from .._math import (_TWO_M64, PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner,
+from .._math import (_TWO_64, _TWO_M64, PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner,
                      is_f32, padded)
 from .._spec import Param, define, kernel
 
@@ -391,12 +391,16 @@ def iglu_approx_f(x, sigma):
     # so the float64 loop vectorises too. Every case computes what its branch did.
     big = abs(x) > T(1.0)
     # |x| > 1: x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
-    q = T(1.0) / (x if big else abs(x) + T(1.0))  # safe, non-constant divisor (see z_gate_f)
+    # Beyond 2^64 with sigma < 1 both parts are taken 2^64 larger, so that 1/x is never
+    # subnormal where sigma is no larger (float32 x = -3.4e38, sigma = 2.8e-45: 4.0 ulp).
+    s = T(_TWO_64) if (abs(x) > T(_TWO_64) and sigma < T(1.0)) else T(1.0)
+    q = s / (x if big else abs(x) + T(1.0))  # safe, non-constant divisor (see z_gate_f)
     xs = q if big else x  # |xs| <= 1: sigma*xs cannot overflow in the discarded case
     t = sigma * xs
     neg = x < T(0.0) if big else t < T(0.0)
-    num = T(0.5) if big else T(0.5) * x
-    den = (q - sigma if neg else q + sigma) if big else (T(1.0) - t if neg else T(1.0) + t)
+    num = T(0.5) * s if big else T(0.5) * x
+    ss = sigma * s
+    den = (q - ss if neg else q + ss) if big else (T(1.0) - t if neg else T(1.0) + t)
     h = num / den
     # x = +inf with sigma < 1/(2 max): h = 0.5/sigma overflowed, inf - inf. Elsewhere
     # h < x for x > 0 (h = x = 0 at 0).
