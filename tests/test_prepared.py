@@ -81,7 +81,7 @@ def _host_source(spec):
         for ct in ("float", "double"):
             args = ", ".join(f"{ct} {p}" for p in ps)
             call = ", ".join(["x[i]", *ps])
-            cw = "fwd" if which == "f" else which  # the C++ entry points' name for f
+            cw = cxx.entry_suffix(which)
             parts.append(
                 f'extern "C" void both_{which}_{ct}(const {ct}* x, {ct}* a, {ct}* b, long n, {args}) {{\n'
                 f"  const auto pre = iglu_np::{spec.name}_{cw}_prep<{ct}>({', '.join(ps)});\n"

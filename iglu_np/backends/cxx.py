@@ -130,10 +130,21 @@ def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
     )
 
 
+def entry_suffix(which: str) -> str:
+    """The C++ entry point's suffix (``<name>_fwd``, ``_dx``, ``_d<p>``) of the spec's
+    kernel ``which`` (``f``, ``dx``, ``d<p>``)."""
+    return "fwd" if which == "f" else which
+
+
+def _kernel_key(suffix: str) -> str:
+    """entry_suffix's inverse."""
+    return "f" if suffix == "fwd" else suffix
+
+
 def _bulk_of(spec, which: str):
     """The bulk kernel standing in for ``<name>_<which>`` (fwd, dx, d<p>), or None."""
-    key = "f" if which == "fwd" else ("dx" if which == "dx" else which[1:])
-    return spec.bulk.get(key)
+    key = _kernel_key(which)
+    return spec.bulk.get(key if key in ("f", "dx") else key[1:])
 
 
 @lru_cache(maxsize=None)
@@ -148,7 +159,7 @@ def _spec_cxx(name: str, fns: tuple) -> str:
     # SIMD, two double-word steps on every element: 3.1x the copy limit on an H200).
     bulk = [_bulk_of(spec, which) for which, _ in fns]
     extra = [b for b in bulk if b is not None] + ([spec.bulk_domain] if any(b is not None for b in bulk) else [])
-    prepared = [spec.prepared_for("f" if which == "fwd" else which) for which, _ in fns]
+    prepared = [spec.prepared_for(_kernel_key(which)) for which, _ in fns]
     extra += [g for pr in prepared if pr is not None for g in pr[:2]]
     try:
         body = translate([fn for _, fn in fns] + extra)
@@ -333,8 +344,8 @@ def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre")
     kernel whose parameters are the scalars ``pnames``, or ''."""
     if spec.prepared_for(which) is None:
         return ""
-    cw = "fwd" if which == "f" else which  # the entry points' name (_prepared_wrappers)
-    return f"{ind}const auto {var} = iglu_np::{spec.name}_{cw}_prep<{ctype}>({', '.join(pnames)});\n"
+    return (f"{ind}const auto {var} = iglu_np::{spec.name}_{entry_suffix(which)}_prep<{ctype}>"
+            f"({', '.join(pnames)});\n")
 
 
 _VEC_STRUCT = """
