@@ -270,6 +270,11 @@ _EXTREME_PARAMETERS = [
     ("iglu", np.float32, [3.0, -3.0, 1e-19, np.inf], {"sigma": 1e20}),
     ("iglu", np.float64, [3.0, -3.0, np.inf], {"sigma": 1e155}),
     ("iglu", np.float32, [3e19, -3e19, 1e19], {"sigma": 1e-30}),
+    # (pi sigma) sigma subnormal where the sigma-derivative is near the maximum (7.5 ulp
+    # found by the search; 9.0 ulp in pi sigma^2 alone for this sigma)
+    ("iglu", np.float32, [-4.598793584884738e+19, 4.6e19, -5e19, 1e20], {"sigma": 2.1745049958590435e-20}),
+    ("iglu", np.float32, [-4.538450627533786e+19, 4.6e19], {"sigma": 2.203395571222165e-20}),
+    ("iglu", np.float64, [-3.277377503622942e+154, 3.4e154, -5e154, 1e156], {"sigma": 3.051250577312347e-155}),
     ("z_gate", np.float32, [-1e5, -1e3, 1e5], {"sigma": 1e35}),
     ("z_gate", np.float64, [-1e5, -1e3, 1e5], {"sigma": 1e305}),
     ("z_gate", np.float32, [-3e38, -1e38, 1e38], {"sigma": 1e-39}),

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from .._math import (_TWO_64, _TWO_M64, PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner,
-                     is_f32, padded)
+from .._math import (_TWO_64, _TWO_512, _TWO_M64, _TWO_M512, PIO2_HI32, PIO2_HI64, PIO2_LO32,
+                     PIO2_LO64, fma, horner, is_f32, padded)
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -323,13 +323,15 @@ def iglu_dsigma(x, sigma):
         # x^2/(1+t^2) = 1/(sigma^2 (1 + r^2)): finite limit 1/(pi sigma^2) at |x| -> inf.
         # (pi sigma) sigma overflowed (sigma = 1e20 float32, 1e155 float64) and gave 0
         # where the value is subnormal: sigma >= 2^32 (2^256) is scaled by c = 2^-64
-        # (2^-512) and the quotient by c twice.
+        # (2^-512) and the quotient by c twice. A small sigma made (pi sigma) sigma
+        # subnormal where the value is near the maximum (float32 sigma = 2.2e-20,
+        # x = -4.5e19: 7.5 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
         if is_f32(x):
-            big = sigma >= T(4294967296.0)
-            c = T(_TWO_M64) if big else T(1.0)
+            c = T(_TWO_M64) if sigma >= T(4294967296.0) else T(1.0)
+            c = T(_TWO_64) if sigma < T(2.3283064365386963e-10) else c
         else:
-            big = sigma >= T(1.157920892373162e77)
-            c = T(7.458340731200207e-155) if big else T(1.0)
+            c = T(_TWO_M512) if sigma >= T(1.157920892373162e77) else T(1.0)
+            c = T(_TWO_512) if sigma < T(8.636168555094445e-78) else c
         sc = sigma * c
         return ((T(1.0) / ((T(math.pi) * sc) * sc * (T(1.0) + r * r))) * c) * c
     # x (x/(...)): x^2 overflowed where the quotient does not (float32 x = 3e19, sigma = 1e-30)
