@@ -324,8 +324,8 @@ def iglu_dsigma(x, sigma):
         # (pi sigma) sigma overflowed (sigma = 1e20 float32, 1e155 float64) and gave 0
         # where the value is subnormal: sigma >= 2^32 (2^256) is scaled by c = 2^-64
         # (2^-512) and the quotient by c twice. A small sigma made (pi sigma) sigma
-        # subnormal where the value is near the maximum (float32 sigma = 2.2e-20,
-        # x = -4.5e19: 7.5 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
+        # subnormal where the value is near the maximum (float32 sigma = 2.17e-20,
+        # x = -4.6e19: 10 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
         if is_f32(x):
             c = T(_TWO_M64) if sigma >= T(4294967296.0) else T(1.0)
             c = T(_TWO_64) if sigma < T(2.3283064365386963e-10) else c
