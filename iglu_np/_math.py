@@ -225,25 +225,27 @@ def exp_scaled(y, ylo):
     exp_dw(y, ylo) exactly). m stays normal where exp is subnormal or zero, so a result
     ``(a * m * b) * s`` rounds once into the subnormal range: x * exp(x) computed with a
     subnormal exp(x) was off by up to ~50 (float32) / ~350 (float64) subnormal steps.
-    Selects only: the loops stay SIMD."""
-    T = type(y)
-    if is_f32(y):
-        tail = y < T(-80.0)
-        hi = y + (T(_K64_HI32) if tail else T(0.0))
-        lo = ylo + (T(_K64_LO32) if tail else T(0.0))
-    else:
-        tail = y < T(-700.0)
-        hi = y + (T(_K64_HI64) if tail else T(0.0))
-        lo = ylo + (T(_K64_LO64) if tail else T(0.0))
-    return exp_dw(hi, lo), (T(_TWO_M64) if tail else T(1.0))
+    Selects only: the loops stay SIMD. exp_scaled_over with b = 1 (its constant selects
+    fold away)."""
+    m, _, s = exp_scaled_over(y, ylo, type(y)(1.0))
+    return m, s
 
 
 _TWO_64 = 1.8446744073709552e19  # 2^64
-# Powers of two for the parameter-scaled forms (squareplus, CELU, gelu's tail, xIPReLU)
+# Powers of two for the parameter-scaled forms (squareplus, CELU, gelu's tail, xIPReLU,
+# softplus, IGLU's d_sigma)
 _TWO_512, _TWO_M512 = 1.3407807929942597e154, 7.458340731200207e-155
 _TWO_M60, _TWO_M500 = 8.673617379884035e-19, 3.054936363499605e-151
 _TWO_100, _TWO_M100 = 1.2676506002282294e30, 7.888609052210118e-31
 _TWO_200, _TWO_M200 = 1.6069380442589903e60, 6.223015277861142e-61
+_TWO_16, _TWO_M16 = 65536.0, 1.52587890625e-05
+_TWO_32, _TWO_M32 = 4294967296.0, 2.3283064365386963e-10
+_TWO_60, _TWO_M90 = 1.152921504606847e18, 8.077935669463161e-28
+_TWO_120, _TWO_M120 = 1.329227995784916e36, 7.52316384526264e-37
+_TWO_128, _TWO_M128 = 3.402823669209385e38, 2.938735877055719e-39
+_TWO_256, _TWO_M256 = 1.157920892373162e77, 8.636168555094445e-78
+_TWO_500, _TWO_M900 = 3.273390607896142e+150, 1.1830521861667747e-271
+_TWO_1000, _TWO_M1000 = 1.0715086071862673e301, 9.332636185032189e-302
 
 
 @kernel

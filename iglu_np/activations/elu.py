@@ -1,7 +1,7 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
 import math
 
-from .._math import (_TWO_64, _TWO_512, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
+from .._math import (_TWO_64, _TWO_512, _TWO_M32, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
                      horner, is_f32, neg_side, two_prod)
 from .._spec import Param, define, kernel
 
@@ -111,7 +111,6 @@ def elu_dalpha_bulk(x, alpha):
 
 # --------------------------------------------------------------------------- CELU
 # x/a = (x c)/(a c) for the remainder: c a power of two chosen on a alone (see _div_dw)
-_TWO_M32 = 2.3283064365386963e-10
 
 
 @kernel

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from .._math import (_TWO_64, _TWO_512, _TWO_M64, _TWO_M512, PIO2_HI32, PIO2_HI64, PIO2_LO32,
-                     PIO2_LO64, fma, horner, is_f32, padded)
+from .._math import (_TWO_32, _TWO_64, _TWO_256, _TWO_512, _TWO_M32, _TWO_M64, _TWO_M256, _TWO_M512,
+                     PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32, padded)
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -327,11 +327,11 @@ def iglu_dsigma(x, sigma):
         # subnormal where the value is near the maximum (float32 sigma = 2.17e-20,
         # x = -4.6e19: 10 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
         if is_f32(x):
-            c = T(_TWO_M64) if sigma >= T(4294967296.0) else T(1.0)
-            c = T(_TWO_64) if sigma < T(2.3283064365386963e-10) else c
+            c = T(_TWO_M64) if sigma >= T(_TWO_32) else T(1.0)
+            c = T(_TWO_64) if sigma < T(_TWO_M32) else c
         else:
-            c = T(_TWO_M512) if sigma >= T(1.157920892373162e77) else T(1.0)
-            c = T(_TWO_512) if sigma < T(8.636168555094445e-78) else c
+            c = T(_TWO_M512) if sigma >= T(_TWO_256) else T(1.0)
+            c = T(_TWO_512) if sigma < T(_TWO_M256) else c
         sc = sigma * c
         return ((T(1.0) / ((T(math.pi) * sc) * sc * (T(1.0) + r * r))) * c) * c
     # x (x/(...)): x^2 overflowed where the quotient does not (float32 x = 3e19, sigma = 1e-30)

@@ -2,12 +2,9 @@
 squareplus (Barron 2021)."""
 import math
 
-from .._math import _TWO_64, _TWO_512, _TWO_M60, _TWO_M64, _TWO_M500, _TWO_M512, fma, is_f32
+from .._math import (_TWO_60, _TWO_64, _TWO_120, _TWO_500, _TWO_512, _TWO_1000, _TWO_M60, _TWO_M64,
+                     _TWO_M120, _TWO_M500, _TWO_M512, _TWO_M1000, fma, is_f32)
 from .._spec import Param, define, kernel
-
-# powers of two for squareplus's bulk domain
-_TWO_60, _TWO_120, _TWO_M120 = 2.0 ** 60, 2.0 ** 120, 2.0 ** -120
-_TWO_500, _TWO_1000, _TWO_M1000 = 2.0 ** 500, 2.0 ** 1000, 2.0 ** -1000
 
 
 

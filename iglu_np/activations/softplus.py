@@ -2,18 +2,11 @@
 identity where beta x > threshold."""
 import math
 
-from .._math import (_TWO_64, _TWO_512, _TWO_M64, _TWO_M512, exp_dw, exp_normal,
-                     exp_scaled_over, fma, is_f32, log1p_unit, two_prod)
+from .._math import (_TWO_16, _TWO_32, _TWO_64, _TWO_128, _TWO_256, _TWO_512, _TWO_M16, _TWO_M32,
+                     _TWO_M64, _TWO_M90, _TWO_M128, _TWO_M256, _TWO_M512, _TWO_M900, exp_dw,
+                     exp_normal, exp_scaled_over, fma, is_f32, log1p_unit, two_prod)
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._spec import Param, define, kernel
-
-
-# exact powers of two for the scalings below
-_TWO_256, _TWO_M256 = 2.0 ** 256, 2.0 ** -256
-_TWO_128, _TWO_M128 = 2.0 ** 128, 2.0 ** -128
-_TWO_32, _TWO_M32 = 2.0 ** 32, 2.0 ** -32
-_TWO_16, _TWO_M16 = 2.0 ** 16, 2.0 ** -16
-_TWO_M90, _TWO_M900 = 2.0 ** -90, 2.0 ** -900
 
 
 @kernel
