@@ -208,7 +208,7 @@ if __name__ == "__main__":
 GELU32N_K = 2
 GELU32N_UMAX = 12.5
 GELU64N_K = 2
-GELU64N_UMAX = 26
+GELU64N_UMAX = 18
 
 
 def _gelu_n_h(K):
@@ -255,12 +255,14 @@ def fit_seq(name, f, interval, degree, npts=300, dtype="float32"):
 def gelu32n_fits():
     K, U = GELU32N_K, mp.mpf(GELU32N_UMAX)
     fit_seq("GELU_H32", _gelu_n_h(K), [-1, (U - K) / (U + K)], 11)
-    # float64, the same form for |a x| <= 26 (exp(-u^2/2) >= e^-338): degree 28 (6e-18).
-    # K = 4 needs degree 22 (1.1e-17; 6 multiplies fewer, gelu/gelu_a 9-12% faster) and
-    # K = 3 degree 24, but the wider H made the forward's worst error 3.24 -> 4.00 ulp
+    # float64, the same form for |a x| <= 18 (exp(-u^2/2) >= e^-162): degree 26 (1.1e-17).
+    # U = 26 needed degree 28 (5.8e-18); U = 18 degree 25 gives 5.6e-17, U = 14 degree 24
+    # 1.3e-16 (H's singularity at q = 1 bounds the degree more than the range does).
+    # K = 4 needs degree 22 at U = 26 (1.1e-17; 6 multiplies fewer, gelu/gelu_a 9-12% faster)
+    # and K = 3 degree 24, but the wider H made the forward's worst error 3.24 -> 4.00 ulp
     # (gelu) and 2.96 -> 4.32 (gelu_a, K = 3) in 75,000-point tail sweeps: over the bound.
     K, U = GELU64N_K, mp.mpf(GELU64N_UMAX)
-    fit_seq("GELU_H64", _gelu_n_h(K), [-1, (U - K) / (U + K)], 28, npts=400, dtype="float64")
+    fit_seq("GELU_H64", _gelu_n_h(K), [-1, (U - K) / (U + K)], 26, npts=400, dtype="float64")
 
 
 if __name__ == "__main__":

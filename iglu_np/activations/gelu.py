@@ -6,7 +6,7 @@ condition number ~x^2: rounding the exponent x^2/2 alone costs ~x^2/2 ulp (~180 
 x = -19 in float64). So phi is evaluated from an exactly split x^2 (double-word exponent,
 exp(y + e) = exp(y)(1 + e)), and Phi(-|t|) = phi(t) M(|t|) with M the Mills ratio, a smooth
 function fitted by polynomials (tools/derive_coefficients.py). For |a x| <= 12.5 (float32)
-or 26 (float64), the bulk of any input, one polynomial in q = (u - 2)/(u + 2) does it in the
+or 18 (float64), the bulk of any input, one polynomial in q = (u - 2)/(u + 2) does it in the
 working precision with first-order corrections (<= 3.3 ulp measured, 2-2.5x faster than the
 double-word/float64-internal forms, which keep the tails); no libm erfc, so CPU and GPU
 agree. gelu_tanh carries its cubic 2u = k1 x + k3 x^3 as a double-word pair for the same
@@ -250,39 +250,43 @@ GELU_H32 = (
     -6.33409435977228e-05,
 )
 H32_C0_HI, H32_C0_LO = GELU_H32_C0
-# float64: the same form for |a x| <= GELU64N_UMAX (exp(-u^2/2) >= e^-338).
-GELU64N_UMAX = 26.0
-# GELU_H64: degree 28 in q on [-1.0, 0.857143], c0 = hi + lo, max rel error 5.77e-18
-GELU_H64_C0 = (0.6724080048926824, 4.709420315877919e-17)
+# float64: the same form for |a x| <= GELU64N_UMAX (exp(-u^2/2) >= e^-162). Up to 26,
+# H needed degree 28 (5.8e-18); to 18 degree 26 does (two fmas fewer: gelu float64 3%
+# faster on one znver4 core, about 0.1 ulp more error). N(0, 9) data never reach 18;
+# beyond it the double-word forms run: on the CPU fast path for those elements alone, up
+# to 16 per 256-element block; with more, the block runs the exact kernel, 5x slower
+# (12.6 against 2.5 ns/el on one core for x in [18, 26]). Keeping the form for t > 0 to
+# 37.5, where it gives x and 1 exactly, cost the bulk loops a second compare (1-1.5%).
+GELU64N_UMAX = 18.0
+# GELU_H64: degree 26 in q on [-1.0, 0.8], c0 = hi + lo, max rel error 1.09e-17
+GELU_H64_C0 = (0.6724080048926824, 4.962777556419479e-17)
 GELU_H64 = (
-    -0.331404442388781,
-    0.028797360345362576,
-    0.03671836096891323,
-    -0.00046959683437174283,
-    -0.006724907077749308,
-    -0.0019511241613038126,
-    0.000785118147846931,
-    0.0008271989469940624,
-    0.00020699183490064253,
-    -0.00011569261771302007,
-    -0.00012855266107251618,
-    -4.605790376269265e-05,
-    9.685129078619734e-06,
-    2.172105626977332e-05,
-    1.255971664200454e-05,
-    1.973215120541982e-06,
-    -2.8289081277938758e-06,
-    -2.8413134672073855e-06,
-    -1.393933766514712e-06,
-    -3.533936084009971e-07,
-    3.3838454327915586e-07,
-    7.165534482927908e-07,
-    4.0862034865854684e-07,
-    -1.438328229691777e-07,
-    -2.3776171401016898e-07,
-    -3.8738591210635275e-08,
-    4.012774039565429e-08,
-    1.3984566037775593e-08,
+    -0.33140444238878103,
+    0.028797360345360002,
+    0.0367183609689188,
+    -0.00046959683414391856,
+    -0.00672490707790767,
+    -0.0019511241687853844,
+    0.0007851181489691824,
+    0.000827199072625018,
+    0.00020699185549681787,
+    -0.00011569386486043745,
+    -0.0001285531462847488,
+    -4.6049994838299975e-05,
+    9.689658956980138e-06,
+    2.1687658752389573e-05,
+    1.2535084384940981e-05,
+    2.0686871265338144e-06,
+    -2.742969985815008e-06,
+    -3.0247400303576234e-06,
+    -1.5924514977500692e-06,
+    -1.2604649603782064e-07,
+    6.410577433299376e-07,
+    5.5523048032415e-07,
+    1.1538031899512409e-07,
+    -1.0576002856585271e-07,
+    -7.404806601863212e-08,
+    -1.440557767862548e-08,
 )
 H64_C0_HI, H64_C0_LO = GELU_H64_C0
 GELU_H64_E, GELU_H64_O = GELU_H64[2::2], GELU_H64[3::2]
@@ -994,7 +998,7 @@ def _ref_gelu_tanh_scale(mp, x):
 _TAIL_NOTE = (
     "The gate is evaluated as Phi(-|t|) = phi(t) M(|t|), M the Mills ratio, and "
     "Phi(t) = 1 - Phi(-t) for t >= 0, with t^2 split exactly in phi's exponent (rounding "
-    "it alone would cost ~t^2/2 ulp in the x << 0 tail). For |t| <= 12.5 (float32) or 26 "
+    "it alone would cost ~t^2/2 ulp in the x << 0 tail). For |t| <= 12.5 (float32) or 18 "
     "(float64) M(u)/sqrt(2 pi) = H(q)/(u + 2), q = (u - 2)/(u + 2), one polynomial in the "
     "working precision (<= 3.3 ulp measured); beyond, float32 computes in float64 and "
     "float64 with double-word steps and piecewise polynomials, so the tail stays within a "
