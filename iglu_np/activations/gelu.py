@@ -528,8 +528,8 @@ def _mills_n(u, nu_lo):
     q = fma(-(T(4.0) * r), res, fma(T(-4.0), r, T(1.0)))
     if is_f32(u):
         return r, fma(q, horner(q, GELU_H32), T(H32_C0_LO)), res
-    # float64 as H0 + q (h1 + q (h2 + q (E(q^2) + q O(q^2)))): two chains of 13 instead of
-    # one of 28, which bounded the loop by its latency; the Horner steps kept last keep its
+    # float64 as H0 + q (h1 + q (h2 + q (E(q^2) + q O(q^2)))): two chains of 12 instead of
+    # one of 26, which bounded the loop by its latency; the Horner steps kept last keep its
     # rounding.
     q2 = q * q
     h = fma(q, horner(q2, GELU_H64_O), horner(q2, GELU_H64_E))
