@@ -518,9 +518,12 @@ def _mills_n(u, nu_lo):
     and f, Phi(-w) = r exp(y) (H0 + hl)(1 + res + f)."""
     T = type(u)
     d = u + T(2.0)
-    # d + ed = w + 2 exactly: Fast2Sum, the larger operand first (Sterbenz makes the
-    # inner difference exact), then the low part.
-    ed = (u - (d - T(2.0))) if u <= T(2.0) else (T(2.0) - (d - u))
+    # d + ed = w + 2 exactly. d - 2 is exact for every d >= 2 (2 is a multiple of d's
+    # ulp), and u - (d - 2) then by Sterbenz: one form for all u >= 0, where Fast2Sum
+    # ordered by size needed a compare and a select (the same bits over 10^6 points per
+    # dtype, tiny u and u near 2 included; the bulk loops 2 (float64) and 3 (float32)
+    # instructions shorter per vector, 0-3% faster on one core).
+    ed = u - (d - T(2.0))
     ed = ed - nu_lo
     r = T(1.0) / d
     res = fma(-d, r, T(1.0)) - ed * r
