@@ -195,6 +195,7 @@ def _one_by_one(ind: str, xc: str, at: str, recompute) -> str:
     return (f"{ind}k = 0\n"
             f"{ind}for i in range({xc}.size):\n"
             f"{i1}k += 0 if _b_domain({xc}[i]{at}) else 1\n"
+            f"{ind}c -= k\n"
             f"{ind}i = 0\n"
             f"{ind}while k > 0:\n"
             f"{i1}if not _b_domain({xc}[i]{at}):\n"
@@ -263,7 +264,8 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
                  f"{i3}for i in range({ob}.size):\n{i4}{ob}[i] = {fast}\n{i3}continue\n")
         # After the bulk loop only the elements outside are recomputed; in place a chunk
         # holding one runs the exact kernel throughout (nothing of it is written yet).
-        chunk = (_one_by_one(i3, "xc", atc, lambda i: f"{i}{o}c[i] = {exact_c}\n") if after else
+        chunk = (_one_by_one(i3, "xc", atc, lambda i: f"{i}{o}c[i] = {exact_c}\n")
+                 + f"{i3}if c == 0:\n{i4}break\n" if after else
                  f"{i3}ok = True\n"
                  f"{i3}for i in range(xc.size):\n"
                  f"{i4}ok &= _b_domain(xc[i]{atc})\n"
@@ -371,7 +373,9 @@ def _reduce_bulk(spec, outs) -> str:
             "                continue\n"
             "            for t in range(s, e, CHUNK):\n"
             "                xc = x[t:min(t + CHUNK, e)]\n"
-            + _one_by_one("                ", "xc", at, recompute))
+            + _one_by_one("                ", "xc", at, recompute)
+            + "                if c == 0:\n"
+            "                    break\n")
 
 
 def _reduce_loop(spec, exact: str, bulk: str) -> str:
