@@ -306,6 +306,10 @@ _EXTREME_PARAMETERS = [
      {"alpha": 3.4028234663852886e38}),  # alpha x overflowed, the value not
     ("xsilu", np.float32, [-83.52, -1e-3, 3.0, -3.0], {"alpha": 3.4e38}),
     ("xsilu", np.float64, [-711.0, -800.0, 2.0, -1e-3], {"alpha": 1.7976931348623157e308}),
+    # x times a gate already rounded: 1 + alpha rounded to 1, so x = max stayed max where
+    # x (1 + alpha) lies above the overflow threshold (inf; the search of 2026-11-27)
+    ("xsilu", np.float32, [3.4028234663852886e38, 3.4028e38, 1e38], {"alpha": 3.37e-8}),
+    ("xsilu", np.float64, [1.7976931348623157e308, 1.79769e308], {"alpha": 8e-17}),
     # b/2 rounded a subnormal b; s + |x| overflowed for |x| > max/2
     ("squareplus", np.float32, [-5.42e-20, -1e-10, -1.73e38, 3e38], {"b": 1.4e-45}),
     ("squareplus", np.float64, [-5.42e-20, -1e-10, -1.7e308], {"b": 5e-324}),

@@ -2,7 +2,7 @@
 Mish and xSiLU (Huang 2024, expanded gating range)."""
 import math
 
-from .._math import exp_expm1_neg, exp_normal, exp_scaled, horner, is_f32, sigmoid, tanh_small
+from .._math import exp_expm1_neg, exp_normal, exp_scaled, fma, horner, is_f32, sigmoid, tanh_small
 from .._spec import Param, define, kernel
 
 # (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
@@ -331,6 +331,12 @@ def xsilu_f(x, alpha):
         # overflow of 1 + 2 alpha for alpha > max/2 (float32 alpha = max: NaN for inf).
         r = T(1.0) / (T(1.0) + e)
         return (alpha + T(0.5)) * (T(2.0) * ((x * (me * r)) * sc)) - alpha * x
+    if not _silu_bulk_domain(x) and x > T(0.0):
+        # e < 2^-115 (float32) / 2^-1009: the gate is 1 + alpha to far below an ulp, and
+        # x + alpha x is rounded once. x times the rounded gate lost the overflow threshold:
+        # float32 x = max, alpha = 3.37e-8 gave max for the true 3.4028235809e38 (inf,
+        # correctly rounded), 1 + alpha having rounded to 1. (The bulk keeps x gate.)
+        return fma(x, alpha, x)
     return x * gate
 
 
