@@ -84,12 +84,14 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
     n = 5 * cpu_fast.VBLOCK + 37
     rng = np.random.default_rng(7)
     x0 = (rng.standard_normal(n) * 8).astype(dtype)
-    # blocks 0 and 2 hold elements outside any float domain (recomputed alone), block 3
-    # more than FEW (recomputed whole), block 4 (the partial last one) one at its end;
-    # block 1 stays in the bulk
+    # blocks 0 and 2 hold elements outside any float domain (recomputed alone; block 2's
+    # in two CHUNKs, the later one past the first's, which must not end the search),
+    # block 3 more than FEW (recomputed whole), block 4 (the partial last one) one at its
+    # end; block 1 stays in the bulk
     x0[0] = np.nan
     x0[2 * cpu_fast.VBLOCK + 5] = -np.inf
     x0[2 * cpu_fast.VBLOCK + 6] = -1e4
+    x0[2 * cpu_fast.VBLOCK + 7 * cpu_fast.CHUNK + 3] = np.nan
     many = 3 * cpu_fast.VBLOCK + 9 + 2 * np.arange(cpu_fast.FEW + 1)
     x0[many] = np.where(np.arange(many.size) % 2 == 0, -1e4, np.nan)
     x0[-1] = np.inf
