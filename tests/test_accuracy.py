@@ -328,6 +328,14 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
     ("xiprelu", np.float64, [1.7e308, 1e308, -1e308],
      {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
+    # softplus at x = max, y = beta x in (16, 36): (y + log1p(e^-y))/beta rounded the sum,
+    # then the quotient, over the overflow threshold (inf where the truth rounds to max;
+    # the search of 2026-11-27)
+    ("softplus", np.float32, [3.4028234663852886e38, 3.4e38, 1e38],
+     {"beta": 4.76131790909822e-38, "threshold": 9.731130924594755e35}),
+    ("softplus", np.float64, [1.7976931348623157e308, 1.79e308, 1e308],
+     {"beta": 1.949211044186976e-307, "threshold": 1e300}),
+    ("softplus", np.float64, [1.7976931348623157e308], {"beta": 1.912005414311226e-307, "threshold": 1e300}),
     # softplus d_beta: h/beta^2, kept 2^64 larger in exp's tail, overflowed before 2^-64
     ("softplus", np.float32, [-1.5578122944913591e33, -1e33, -2e32],
      {"beta": 6.302641007837754e-32, "threshold": 5.0}),

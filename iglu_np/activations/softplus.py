@@ -57,15 +57,17 @@ def softplus_f(x, beta, threshold):
     yh, yl, linear = _beta_x(x, beta, threshold)
     nh, nl, pos = _neg_abs_y(yh, yl)
     # log1p(exp(-|y|)) with the dw -|y|: for y << 0 the result is ~exp(y)/beta and exp
-    # has condition |y|; for y > 0, y + log1p(exp(-y)) (no overflow), the low part of y
-    # entering additively. exp(-|y|) = m sc (exp_scaled): in its tail log1p(u) = u, kept
-    # 2^64 larger and scaled last, so u/beta rounds once (beta = 0.001: 496 subnormal
-    # steps off when u was rounded first); exp_scaled_over keeps it normal for a tiny beta
-    # too, where u/beta is normal. For y > 0 in that tail u is below y's rounding.
+    # has condition |y|; for y > 0, x + log1p(exp(-y))/beta (no overflow: (y +
+    # log1p(exp(-y)))/beta rounded y's sum and then the quotient, and went to inf at x =
+    # max where the truth rounds to max: float32 beta = 4.76e-38, float64 1.95e-307).
+    # exp(-|y|) = m sc (exp_scaled): in its tail log1p(u) = u, kept 2^64 larger and
+    # scaled last, so u/beta rounds once (beta = 0.001: 496 subnormal steps off when u
+    # was rounded first); exp_scaled_over keeps it normal for a tiny beta too, where
+    # u/beta is normal. For y > 0 in that tail u/beta is below x's rounding.
     m, b, sc = exp_scaled_over(nh, nl, beta)
     near = sc == T(1.0)
     l = log1p_unit(m) if near else m
-    r = (yh + (yl + (l if near else T(0.0)))) / beta if pos else (l / b) * sc
+    r = x + (l if near else T(0.0)) / beta if pos else (l / b) * sc
     return x if linear else r
 
 
