@@ -304,6 +304,10 @@ _EXTREME_PARAMETERS = [
     ("xatlu", np.float64, [1.2, 1.6, 3.0, -0.5], {"alpha": 8e307}),
     ("xatlu", np.float32, [-1.013533353805542, -1.0000001192092896, -1.256141185760498],
      {"alpha": 3.4028234663852886e38}),  # alpha x overflowed, the value not
+    # x times the gate rounded first (1 + alpha rounded to 1): max where x (1 + alpha) lies
+    # above the overflow threshold (inf)
+    ("xatlu", np.float32, [3.4028234663852886e38, 3.4028e38, 1e38], {"alpha": 4e-8}),
+    ("xatlu", np.float64, [1.7976931348623157e308, 1.79769e308], {"alpha": 8e-17}),
     ("xsilu", np.float32, [-83.52, -1e-3, 3.0, -3.0], {"alpha": 3.4e38}),
     ("xsilu", np.float64, [-711.0, -800.0, 2.0, -1e-3], {"alpha": 1.7976931348623157e308}),
     # x times a gate already rounded: 1 + alpha rounded to 1, so x = max stayed max where

@@ -6,6 +6,7 @@ reuses IGLU's kernels (reflected gate for x << 0, cancellation-free tail derivat
 """
 import math
 
+from .._math import fma
 from .._spec import Param, define, kernel
 from .iglu import atan_pi, iglu_dx, iglu_f
 
@@ -99,7 +100,9 @@ def xatlu_f(x, alpha):
     rn = rb if big else x * (T(0.5) - h * k2)
     # x >= 0: (1+2a) Z - a = 1/2 + (1+2a) atan(x)/pi: for 1+2a > 0 a sum of non-negative
     # terms, so no cancellation on this side.
-    rp = x * (T(0.5) + h * (T(1.0) - k2 if big else k2))
+    # As x/2 + x (h s), one rounding: x times the gate rounded first stayed max where the
+    # truth lies above the overflow threshold (float32 x = max, a = 4e-8: max for inf).
+    rp = fma(x, h * (T(1.0) - k2 if big else k2), T(0.5) * x)
     return rn if neg else rp
 
 
