@@ -1,11 +1,13 @@
-"""tools/accuracy_search.py: the random search flags points above the tolerance, and a
-short run over one activation writes its worst points and a report."""
+"""tools/accuracy_search.py: the random search flags points above the tolerance, a short
+run over one activation writes its worst points and a report, and --compare scores the
+same draws at a git revision and here."""
 import io
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import accuracy_search as search  # noqa: E402  (a development tool, not in the package)
@@ -52,3 +54,24 @@ def test_short_search_writes_worst_points_and_a_report(tmp_path):
     p.write_text(buf.getvalue())
     text = search.report(p)
     assert "leaky_relu" in text and "violations: 0 points" in text
+
+
+def _git_ok() -> bool:
+    import shutil
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    return shutil.which("git") is not None and subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _git_ok(), reason="needs git and a checkout with history")
+def test_compare_scores_the_same_draws_at_a_revision(monkeypatch, tmp_path):
+    monkeypatch.setenv("IGLU_NP_CACHE_DIR", str(tmp_path / "cache"))
+    text = search._compare("HEAD", ["leaky_relu"], seed=4, draws=3, kinds=["fwd"])
+    lines = text.splitlines()[1:]
+    assert [ln.split()[:3] for ln in lines] == [["leaky_relu", d, "fwd"] for d in ("float32", "float64")]
+    for ln in lines:
+        # leaky_relu is the same at HEAD and here: the same points, the same errors
+        old = ln.split(" old ")[1].split("  new ")[0]
+        new = ln.split("  new ")[1].split("  (")[0]
+        assert old == new, ln

@@ -3,6 +3,7 @@
     python tools/accuracy_search.py [--seconds 600] [--names gelu,iglu] [--seed 1]
                                     [--out search.jsonl]
     python tools/accuracy_search.py --report search.jsonl
+    python tools/accuracy_search.py --compare REV --names xatlu [--draws 300] [--kinds fwd]
 
 tests/test_accuracy.py checks fixed grids (``tests.accuracy.x_points`` over the test
 parameter sets); this draws what those grids do not: parameters log-uniform over their
@@ -19,6 +20,11 @@ minutes to hours, so it is a development tool, not a test. Output: one JSON line
 violation (``type: viol``), per reference exception (``exc``) and, per activation, dtype
 and kind, the worst point seen (``worst``, with the counts); ``--report`` groups them.
 Run from the repository root (it imports ``tests.accuracy``).
+
+``--compare REV`` scores the same draws (``--draws`` parameter sets of ``--seed``, each with
+its x and |x|) at git revision REV, in a temporary worktree with this file copied in, and in
+the working tree, and prints worst, mean and 99th-percentile error side by side: a kernel
+change's accuracy, paired point for point (the way the fixes of 2026-11-27 were judged).
 """
 from __future__ import annotations
 
@@ -26,8 +32,12 @@ import argparse
 import collections
 import json
 import math
+import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -339,6 +349,64 @@ def report(path) -> str:
     return "\n".join(out)
 
 
+def fixed(names, seed: int, draws: int, kinds=None) -> list:
+    """Scores of ``draws`` parameter sets (and their x, and |x|) per activation and dtype
+    from ``seed``: rows of (name, dtype, kind, worst, mean, p99, violations, points)."""
+    rows = []
+    for name in names:
+        spec = REGISTRY[name]
+        rng = np.random.default_rng(seed)
+        for dt in DTYPES:
+            errs = collections.defaultdict(list)
+            bad = collections.Counter()
+            for _ in range(draws):
+                ps = sample_params(rng, spec, dt) if spec.params else {}
+                if ps is None:
+                    continue
+                x = sample_x(rng, spec, dt, ps)
+                x = np.concatenate([x, np.abs(x)]).astype(dt)
+                for kind in kinds or acc.kinds(spec):
+                    with np.errstate(all="ignore"):
+                        got = _ufunc(spec, kind)(x, *[dt(ps[p]) for p in spec.param_names])
+                    err, true, b = score(spec, dt, kind, x, ps, got)
+                    errs[kind] += [e for e, t in zip(err, true) if t is not None and not math.isnan(e)]
+                    bad[kind] += len(b)
+            for kind, e in errs.items():
+                e = np.asarray(e)
+                rows.append((name, DTYPES[dt], kind, float(e.max()), float(e.mean()),
+                             float(np.quantile(e, 0.99)), bad[kind], e.size))
+    return rows
+
+
+def _compare(rev: str, names, seed: int, draws: int, kinds) -> str:
+    """``fixed`` at git revision ``rev`` (a temporary worktree, this file copied in) and
+    in the working tree, side by side."""
+    tmp = tempfile.mkdtemp(prefix="iglu_np_acc_")
+    wt = os.path.join(tmp, "wt")
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, rev], cwd=ROOT, check=True)
+    try:
+        os.makedirs(os.path.join(wt, "tools"), exist_ok=True)
+        shutil.copy(__file__, os.path.join(wt, "tools", "accuracy_search.py"))
+        args = ["--fixed-json", "--names", ",".join(names), "--seed", str(seed), "--draws", str(draws)]
+        if kinds:
+            args += ["--kinds", ",".join(kinds)]
+        env = dict(os.environ, IGLU_NP_CACHE_DIR=os.path.join(tmp, "cache"))
+        r = subprocess.run([sys.executable, os.path.join(wt, "tools", "accuracy_search.py"), *args],
+                           cwd=wt, env=env, capture_output=True, text=True, check=True)
+        old = {tuple(row[:3]): row for row in json.loads(r.stdout.splitlines()[-1])}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = [f"{rev} (old) against the working tree (new): {draws} draws per dtype, seed {seed}; "
+           "ulp: worst / mean / p99, violations"]
+    for row in fixed(names, seed, draws, kinds):
+        o = old.get(tuple(row[:3]))
+        ostr = "-" if o is None else f"{o[3]:.3g} / {o[4]:.3g} / {o[5]:.3g}, {o[6]}"
+        out.append(f"{row[0]:12s} {row[1]} {row[2]:10s} old {ostr}  new {row[3]:.3g} / {row[4]:.3g} / "
+                   f"{row[5]:.3g}, {row[6]}  ({row[7]} points)")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600.0, help="time for the whole search")
@@ -346,6 +414,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="accuracy_search.jsonl", help="JSON lines, appended to")
     ap.add_argument("--report", metavar="JSONL", help="summarise a search's output and exit")
+    ap.add_argument("--compare", metavar="REV", help="the same draws at REV and here, side by side")
+    ap.add_argument("--draws", type=int, default=300, help="parameter sets per dtype (--compare)")
+    ap.add_argument("--kinds", default="", help="kinds for --compare (default: all)")
+    ap.add_argument("--fixed-json", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.report:
         print(report(a.report))
@@ -354,6 +426,13 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(REGISTRY))
     if unknown:
         ap.error(f"unknown activations: {', '.join(unknown)}")
+    kinds = [k for k in a.kinds.split(",") if k] or None
+    if a.fixed_json:  # the other side of --compare
+        print(json.dumps(fixed(names, a.seed, a.draws, kinds)))
+        return 0
+    if a.compare:
+        print(_compare(a.compare, names, a.seed, a.draws, kinds))
+        return 0
     t0 = time.time()
     with open(a.out, "a") as f:
         totals = search(a.seconds, names, a.seed, f)
