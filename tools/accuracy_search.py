@@ -225,15 +225,16 @@ def _record(spec, dt, kind, xi, ps, gi, ti, e, scale, i) -> dict:
                 scale=None if scale is None or scale[i] is None else mpmath.nstr(scale[i], 6))
 
 
-def _ufunc(spec, kind):
-    return iglu_np.get(spec.name)._ufunc(kind)
+def evaluate(spec, dt, kind: str, x: np.ndarray, ps: dict) -> np.ndarray:
+    """The activation's raw ufunc for ``kind`` at x, parameters cast to dt, FP warnings off."""
+    with np.errstate(all="ignore"):
+        return iglu_np.get(spec.name)._ufunc(kind)(x, *[dt(ps[p]) for p in spec.param_names])
 
 
 def recheck(spec, dt, kind: str, xi, ps: dict):
     """The error at one point against a reference with 500 more digits."""
     x = np.array([xi], dtype=dt)
-    with np.errstate(all="ignore"):
-        got = _ufunc(spec, kind)(x, *[dt(ps[p]) for p in spec.param_names])
+    got = evaluate(spec, dt, kind, x, ps)
     true, scale = acc.reference(spec, kind, x, ps, dps=acc.DPS + 500, adaptive=True)
     err = acc.ulp_errors(got, true, scale, dt, subnormal=True)
     return float(err[0]), (None if true[0] is None else mpmath.nstr(true[0], 20))
@@ -269,8 +270,7 @@ def search(seconds: float, names, seed: int, fout, log=print) -> dict:
                 c["batches"] += 1
                 for kind in acc.kinds(spec):
                     try:
-                        with np.errstate(all="ignore"):
-                            got = _ufunc(spec, kind)(x, *[dt(ps[p]) for p in spec.param_names])
+                        got = evaluate(spec, dt, kind, x, ps)
                         err, true, bad = _with_alarm(8, score, spec, dt, kind, x, ps, got)
                     except _Timeout:
                         c["timeouts"] += 1
@@ -366,8 +366,7 @@ def fixed(names, seed: int, draws: int, kinds=None) -> list:
                 x = sample_x(rng, spec, dt, ps)
                 x = np.concatenate([x, np.abs(x)]).astype(dt)
                 for kind in kinds or acc.kinds(spec):
-                    with np.errstate(all="ignore"):
-                        got = _ufunc(spec, kind)(x, *[dt(ps[p]) for p in spec.param_names])
+                    got = evaluate(spec, dt, kind, x, ps)
                     err, true, b = score(spec, dt, kind, x, ps, got)
                     errs[kind] += [e for e, t in zip(err, true) if t is not None and not math.isnan(e)]
                     bad[kind] += len(b)
