@@ -45,6 +45,14 @@ def _param_sets(spec, dtype):
         d = spec.defaults
         sets += [{**d, "beta": 0.0}, {**d, "alpha_n": 1e31}, {**d, "alpha_n": 1.0, "beta": 0.999},
                  {**d, "alpha_n": 3.0, "beta": 0.01}, {**d, "eps": -2.0}, {**d, "eps": -45.0}]
+    if spec.name in ("xielu", "xiprelu"):  # _quad_scale's three cases, on each side
+        tiny = 2.0 ** (-110 if dtype == np.float32 else -1000)
+        big = 0.75 * float(np.finfo(dtype).max)
+        d = spec.defaults
+        sides = ("alpha_p", "alpha_n") if spec.name == "xiprelu" else ("alpha_p",)
+        for a in sides:  # (xIELU's alpha_n must exceed beta)
+            sets += [{**d, a: tiny, "beta": tiny}, {**d, a: big},
+                     {**d, a: 2.0, "beta": big, "alpha_n": 0.9 * float(np.finfo(dtype).max)}]
     return sets
 
 
@@ -160,3 +168,24 @@ def test_xielu_numba_cuda_float64_kernel_holds_one_root():
     except Exception as e:  # no numba-cuda toolchain here
         pytest.skip(f"compile_ptx unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     assert len(_ROOT_MARK.findall(ptx)) == 1
+
+
+# _quad_scale's smallest threshold, 2^-100 (float32) / 2^-960 (float64), marks its compares
+_SCALE_MARK = {np.float32: re.compile(r"0f0D800000"), np.float64: re.compile(r"0d03F0000000000000")}
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
+@pytest.mark.parametrize("name", ["xielu", "xiprelu"])
+def test_quad_scale_before_the_grid_stride_loop(name, dtype):
+    """x (a x + beta)'s scaling depends on the parameters alone: in the vector forward it
+    is computed before the first load, not per element (NVVM had left it in the loop,
+    behind short-circuit branches; xIELU's H100 forward went 0.98x -> 1.27x the copy
+    limit)."""
+    ok, why = H.nvrtc_status()
+    if not ok:
+        pytest.skip(why)
+    src = cxx.vector_kernel_source(REGISTRY[name], "fwd", dtype)
+    ptx, _ = H.nvrtc_compile(src.source, (9, 0), options=cxx.NVRTC_OPTIONS)
+    body = ptx[ptx.index(f".entry {src.name}"):]
+    marks = [m.start() for m in _SCALE_MARK[dtype].finditer(body)]
+    assert marks and max(marks) < body.index("ld.global"), (src.name, len(marks))

@@ -123,15 +123,21 @@ def _xielu_f_mid(x, an, beta, eh, el):
 
 
 @kernel
-def _xielu_f_side(x, ap, an, beta):
-    """xielu_f outside eps < x <= 0 (and NaN)."""
+def _xielu_f_side_q(x, an, beta, a_s, b_s, si, so):
+    """xielu_f outside eps < x <= 0 (and NaN), given _quad_scale(alpha_p, beta)."""
     T = type(x)
-    a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
     if x > T(0.0):
         return _quad(x, a_s, b_s, si, so)  # both terms >= 0: no cancellation
     if x < T(-1.0):
         return _xielu_far(x, an, beta, math.expm1(x))
     return expm1_minus_x_times(x, an) + beta * x
+
+
+@kernel
+def _xielu_f_side(x, ap, an, beta):
+    """xielu_f outside eps < x <= 0 (and NaN)."""
+    a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
+    return _xielu_f_side_q(x, an, beta, a_s, b_s, si, so)
 
 
 @kernel
@@ -146,17 +152,27 @@ def xielu_f(x, ap, an, beta, eps):
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
 # its double-word once per thread (the spec's ``prepared``, for the value and d_alpha_n),
 # not in every thread between eps and 0 (most of them for eps < -1); the CPU loops hoist it.
+# So for the value's _quad_scale: NVVM left it in the loop, per element, behind the x > 0
+# branch (its compares are short-circuit branches), and the H100 forward ran 1.27x the
+# copy limit (0.98x before the scaled forms).
 @kernel
 def xielu_eps_prep(ap, an, beta, eps):
     return _em1_eps_dw(eps)
 
 
 @kernel
-def xielu_f_prepared(x, ap, an, beta, eps, eh, el):
-    """xielu_f(x, ap, an, beta, eps), bit for bit, given (eh, el) = xielu_eps_prep(...)."""
+def xielu_f_prep(ap, an, beta, eps):
+    eh, el = _em1_eps_dw(eps)
+    a_s, b_s, si, so = _quad_scale(ap, beta)
+    return eh, el, a_s, b_s, si, so
+
+
+@kernel
+def xielu_f_prepared(x, ap, an, beta, eps, eh, el, a_s, b_s, si, so):
+    """xielu_f(x, ap, an, beta, eps), bit for bit, given xielu_f_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_f_side(x, ap, an, beta)
+        return _xielu_f_side_q(x, an, beta, a_s, b_s, si, so)
     return _xielu_f_mid(x, an, beta, eh, el)
 
 
@@ -581,7 +597,7 @@ define(
     dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
     bulk={"dx": xielu_dx_bulk},
     bulk_domain=_xielu_bulk_domain,
-    prepared={"f": (xielu_eps_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
+    prepared={"f": (xielu_f_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
               "alpha_n": (xielu_eps_prep, xielu_dan_prepared)},
     ref=_ref_xielu,
     ref_dx=_ref_xielu_dx,
@@ -640,13 +656,27 @@ define(
 # two_prod pair, whose error term is dropped beyond 1e30 (float32 alpha_p = 1e35,
 # x = 1.0000001, beta = -1e35: 0.2 relative error), in fewer operations.
 @kernel
-def xiprelu_f(x, ap, an, beta):
-    T = type(x)
-    # each side's scaling from its parameters (hoisted out of the loops), then the select
+def xiprelu_f_prep(ap, an, beta):
     pa, pb, pi, po = _quad_scale(ap, beta)
     na, nb, ni, no = _quad_scale(an, beta)
+    return pa, pb, pi, po, na, nb, ni, no
+
+
+@kernel
+def xiprelu_f_prepared(x, ap, an, beta, pa, pb, pi, po, na, nb, ni, no):
+    """xiprelu_f(x, ap, an, beta), bit for bit, given xiprelu_f_prep(...)."""
+    T = type(x)
     pos = x > T(0.0)
     return _quad(x, pa if pos else na, pb if pos else nb, pi if pos else ni, po if pos else no)
+
+
+# Each side's scaling from its parameters alone: the CPU loops hoist it; GPU kernels with
+# scalar parameters take it from the prepared part once per thread (NVVM left it in the
+# loop, per element, as for xIELU's value).
+@kernel
+def xiprelu_f(x, ap, an, beta):
+    pa, pb, pi, po, na, nb, ni, no = xiprelu_f_prep(ap, an, beta)
+    return xiprelu_f_prepared(x, ap, an, beta, pa, pb, pi, po, na, nb, ni, no)
 
 
 @kernel
@@ -745,6 +775,7 @@ define(
     f=xiprelu_f,
     dx=xiprelu_dx,
     dparams={"alpha_p": xiprelu_dap, "alpha_n": xiprelu_dan, "beta": xiprelu_dbeta},
+    prepared={"f": (xiprelu_f_prep, xiprelu_f_prepared)},
     ref=_ref_xiprelu,
     ref_dx=_ref_xiprelu_dx,
     ref_dparams={
@@ -755,9 +786,8 @@ define(
     notes=(
         "f and f' are continuous (f'(0) = beta from both sides); the second derivative "
         "jumps at 0. Both cross zero (f at -beta/alpha_n, f' at -beta/(2 alpha_n) for "
-        "beta > 0): alpha x is formed exactly with a two-product and beta added to its "
-        "leading part first, so alpha x + beta is correctly rounded there and f, f' keep "
-        "full relative accuracy through their zeros."
+        "beta > 0): alpha x + beta is one fma, rounded once, so f and f' keep full "
+        "relative accuracy through their zeros."
     ),
     special_points=(
         0.0,

@@ -114,13 +114,13 @@ def _take_bulk(spec, bulk, call: str) -> str:
 def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
     """``<name>_<which>_prep`` (the parameter-only part, once per thread) and
     ``<name>_<which>_at`` (the kernel given it; the bulk kernel first, as ``_wrapper``)."""
-    from .cxx_gen import function_name
+    from .cxx_gen import _FIELDS, function_name
 
     ps = spec.param_names
     psig = ", ".join(f"T {p}" for p in ps)
     pcall = ", ".join(ps)
     call = ", ".join(["x", *ps])
-    fields = ", ".join(f"pre.{'abcd'[k]}" for k in range(n)) if n > 1 else "pre"
+    fields = ", ".join(f"pre.{_FIELDS[k]}" for k in range(n)) if n > 1 else "pre"
     return (
         f"template <class T> IGLU_NP_HOST_DEVICE auto {spec.name}_{which}_prep({psig}) {{\n"
         f"  return {function_name(prep)}({pcall});\n}}\n\n"

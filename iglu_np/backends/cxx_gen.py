@@ -64,6 +64,8 @@ _BINOPS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
     ast.RShift: ">>", ast.LShift: "<<", ast.BitAnd: "&", ast.BitOr: "|",
 }
+# the fields of iglu_np::tup2 .. tup8, a returned tuple's values in order
+_FIELDS = "abcdefgh"
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _F32_TESTS = ("is_f32", "_f32")  # names of the float32 predicate (iglu_np._math, _vmath)
 
@@ -391,7 +393,7 @@ class _Func:
                 if isinstance(value, ast.Tuple):
                     ty = f"IGLU_NP_TYPE({self.expr_tolerant(value.elts[k])})"
                 else:
-                    ty = f"IGLU_NP_TYPE({self.expr_tolerant(value)}.{'abcd'[k]})"
+                    ty = f"IGLU_NP_TYPE({self.expr_tolerant(value)}.{_FIELDS[k]})"
             lines.append(f"{ind}[[maybe_unused]] {ty} {name}{{}};")
             self.declared.add(name)
         return lines
@@ -492,13 +494,13 @@ class _Func:
             return [f"{ind}[[maybe_unused]] auto {tgt.id} = {rhs};"]
         if isinstance(tgt, ast.Tuple) and all(isinstance(e, ast.Name) for e in tgt.elts):
             names = [e.id for e in tgt.elts]
-            if len(names) > 4:
-                raise self.err(st, "at most four values unpack")
+            if len(names) > 8:
+                raise self.err(st, "at most eight values unpack")
             self.tmp += 1
             t = f"_t{self.tmp}"
             lines = [f"{ind}auto {t} = {self.expr(st.value)};"]
             for k, n in enumerate(names):
-                item = f"{t}.{'abcd'[k]}"
+                item = f"{t}.{_FIELDS[k]}"
                 if n in self.declared:
                     lines.append(f"{ind}{n} = {item};")
                 else:

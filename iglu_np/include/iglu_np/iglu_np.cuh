@@ -68,21 +68,48 @@ template <class A, class B> IGLU_NP_HOST_DEVICE auto py_min(A a, B b) -> decltyp
   return (R(b) < R(a)) ? R(b) : R(a);
 }
 
-// A helper's returned tuple (fields a, b, c, d).
+// A helper's returned tuple of 2 to 8 values (fields a, b, ..., h): a prepared part may
+// hold more than four (xIPReLU's two scalings).
 template <class A, class B> struct tup2 { A a; B b; };
 template <class A, class B, class C> struct tup3 { A a; B b; C c; };
 template <class A, class B, class C, class D> struct tup4 { A a; B b; C c; D d; };
-template <class A, class B> IGLU_NP_HOST_DEVICE tup2<A, B> make_tup(A a, B b) {
+template <class A, class B, class C, class D, class E> struct tup5 { A a; B b; C c; D d; E e; };
+template <class A, class B, class C, class D, class E, class F> struct tup6 { A a; B b; C c; D d; E e; F f; };
+template <class A, class B, class C, class D, class E, class F, class G> struct tup7 { A a; B b; C c; D d; E e; F f; G g; };
+template <class A, class B, class C, class D, class E, class F, class G, class H> struct tup8 { A a; B b; C c; D d; E e; F f; G g; H h; };
+template <class A, class B>
+IGLU_NP_HOST_DEVICE tup2<A, B> make_tup(A a, B b) {
   tup2<A, B> r = {a, b};
   return r;
 }
-template <class A, class B, class C> IGLU_NP_HOST_DEVICE tup3<A, B, C> make_tup(A a, B b, C c) {
+template <class A, class B, class C>
+IGLU_NP_HOST_DEVICE tup3<A, B, C> make_tup(A a, B b, C c) {
   tup3<A, B, C> r = {a, b, c};
   return r;
 }
 template <class A, class B, class C, class D>
 IGLU_NP_HOST_DEVICE tup4<A, B, C, D> make_tup(A a, B b, C c, D d) {
   tup4<A, B, C, D> r = {a, b, c, d};
+  return r;
+}
+template <class A, class B, class C, class D, class E>
+IGLU_NP_HOST_DEVICE tup5<A, B, C, D, E> make_tup(A a, B b, C c, D d, E e) {
+  tup5<A, B, C, D, E> r = {a, b, c, d, e};
+  return r;
+}
+template <class A, class B, class C, class D, class E, class F>
+IGLU_NP_HOST_DEVICE tup6<A, B, C, D, E, F> make_tup(A a, B b, C c, D d, E e, F f) {
+  tup6<A, B, C, D, E, F> r = {a, b, c, d, e, f};
+  return r;
+}
+template <class A, class B, class C, class D, class E, class F, class G>
+IGLU_NP_HOST_DEVICE tup7<A, B, C, D, E, F, G> make_tup(A a, B b, C c, D d, E e, F f, G g) {
+  tup7<A, B, C, D, E, F, G> r = {a, b, c, d, e, f, g};
+  return r;
+}
+template <class A, class B, class C, class D, class E, class F, class G, class H>
+IGLU_NP_HOST_DEVICE tup8<A, B, C, D, E, F, G, H> make_tup(A a, B b, C c, D d, E e, F f, G g, H h) {
+  tup8<A, B, C, D, E, F, G, H> r = {a, b, c, d, e, f, g, h};
   return r;
 }
 
