@@ -314,6 +314,14 @@ _EXTREME_PARAMETERS = [
     # x (1 + alpha) lies above the overflow threshold (inf; the search of 2026-11-27)
     ("xsilu", np.float32, [3.4028234663852886e38, 3.4028e38, 1e38], {"alpha": 3.37e-8}),
     ("xsilu", np.float64, [1.7976931348623157e308, 1.79769e308], {"alpha": 8e-17}),
+    # x times the factor a x + beta already rounded (up): inf where x (a x + beta) lies
+    # below the overflow threshold (max; float32 now takes float64)
+    ("xiprelu", np.float32, [1.4050877894163431e+19, 1.405087e+19],
+     {"alpha_p": 1.7235841751098633, "alpha_n": 0.8, "beta": 0.018459901213645935}),
+    ("xiprelu", np.float32, [-5501231409659904.0, -5.5012e15],
+     {"alpha_p": 0.8, "alpha_n": 11243968.0, "beta": 3.5303546964709907e-25}),
+    ("xielu", np.float32, [5.319466282287261e+19, 5.3194e19],
+     {"alpha_p": 0.12025504559278488, "alpha_n": 0.8, "beta": 2.5124441472912066e-17, "eps": -1e-6}),
     # b/2 rounded a subnormal b; s + |x| overflowed for |x| > max/2
     ("squareplus", np.float32, [-5.42e-20, -1e-10, -1.73e38, 3e38], {"b": 1.4e-45}),
     ("squareplus", np.float64, [-5.42e-20, -1e-10, -1.7e308], {"b": 5e-324}),

@@ -8,7 +8,7 @@ so the domains below are the images of those maps (alpha_p > 0, alpha_n > beta).
 import math
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import (_TWO_100, _TWO_200, _TWO_M100, _TWO_M200, _TWO_M960, BIG, exp_expm1_neg,
+from .._math import (_TWO_200, _TWO_M200, _TWO_M960, BIG, exp_expm1_neg,
                      exp_scaled_times, fma, horner, is_f32, neg_side, two_prod, two_sum)
 from .._spec import Param, any_at_least, define, kernel
 
@@ -56,22 +56,23 @@ def _em1_eps_minus_x(x, eh, el):
     return (eh - x) + el
 
 
-# x (a x + beta) (xIPReLU; xIELU for x > 0) with a x + beta as one fma. Where a and beta are
-# so small that a x + beta is subnormal, its rounding (half a subnormal spacing) comes out
-# |x| times larger (xIPReLU float64 alpha_p = 2e-323, x = 3.4e7: 6.2e6 ulp; xIELU float32
-# alpha_p = 2.8e-45, x = 2063: 137 ulp). For |x| > 8 that needs |a|, |beta| below 2^-100
-# (float32) or 2^-960 (float64); there a and beta are scaled by 2^100 (2^200), exactly,
-# and x by the inverse: x 2^-100 is exact for |x| >= 2^-26 (below, its error times the
-# scaled factor, at most ~1, is under half a subnormal spacing), and the scaled factor
-# cannot overflow. The choice depends on the parameters alone (hoisted out of the loops):
-# with an |x| test per element besides, xIELU's forward ran 10% slower (one thread).
-# At the other end, with |a| or |beta| above max/2 the factor overflows where x (a x + beta)
-# need not (|x| < 1; float32 alpha_n = 2.2e37, beta = -max, x = -1.3e-4: inf for 4.5e34):
-# there a and beta are halved and the product doubled last (x doubled first would overflow
-# for |x| > max/2, where the factor may cancel to 0: NaN). Not for |a| <= 1 (then |a x| < 1
-# for |x| < 1, far below beta's spacing): a subnormal a halved to 0, and fma(0, +-inf,
-# beta) gave NaN at x = +-inf (float64 alpha_n = 5e-324, beta = max).
-_Q32_BIG, _Q64_BIG = 1.7014117331926443e38, 8.988465674311579e307  # max/2
+# x (a x + beta) (xIPReLU; xIELU for x > 0) with a x + beta as one fma. float32 computes it
+# in float64 (_quad), where nothing below overflows or goes subnormal. In float64, where a
+# and beta are so small that a x + beta is subnormal, its rounding (half a subnormal
+# spacing) comes out |x| times larger (xIPReLU alpha_p = 2e-323, x = 3.4e7: 6.2e6 ulp; in
+# float32 before it took float64, alpha_p = 2.8e-45, x = 2063: 137 ulp). For |x| > 8 that
+# needs |a|, |beta| below 2^-960; there a and beta are scaled by 2^200, exactly, and x by
+# the inverse: x 2^-200 is exact for |x| >= 2^-26 (below, its error times the scaled
+# factor, at most ~1, is under half a subnormal spacing), and the scaled factor cannot
+# overflow. The choice depends on the parameters alone (hoisted out of the CPU loops; the
+# GPU kernels' prepared part): with an |x| test per element besides, xIELU's forward ran
+# 10% slower (one thread). At the other end, with |a| or |beta| above max/2 the factor
+# overflows where x (a x + beta) need not (|x| < 1; float32 alpha_n = 2.2e37, beta = -max,
+# x = -1.3e-4: inf for 4.5e34): there a and beta are halved and the product doubled last
+# (x doubled first would overflow for |x| > max/2, where the factor may cancel to 0: NaN).
+# Not for |a| <= 1 (then |a x| < 1 for |x| < 1, far below beta's spacing): a subnormal a
+# halved to 0, and fma(0, +-inf, beta) gave NaN at x = +-inf (alpha_n = 5e-324, beta = max).
+_Q64_BIG = 8.988465674311579e307  # max/2
 
 
 @kernel
@@ -79,23 +80,29 @@ def _quad_scale(a, beta):
     """(a s, beta s, si, so) with x (a x + beta) = ((x si) fma(a s, x, beta s)) so: the
     scaling above, from the parameters alone."""
     T = type(a)
-    if is_f32(a):
-        small = abs(a) < T(_TWO_M100) and abs(beta) < T(_TWO_M100)
-        big = abs(a) > T(_Q32_BIG) or (abs(beta) > T(_Q32_BIG) and abs(a) > T(1.0))
-        s = T(_TWO_100) if small else (T(0.5) if big else T(1.0))
-        si = T(_TWO_M100) if small else T(1.0)
-    else:
-        small = abs(a) < T(_TWO_M960) and abs(beta) < T(_TWO_M960)
-        big = abs(a) > T(_Q64_BIG) or (abs(beta) > T(_Q64_BIG) and abs(a) > T(1.0))
-        s = T(_TWO_200) if small else (T(0.5) if big else T(1.0))
-        si = T(_TWO_M200) if small else T(1.0)
+    if is_f32(a):  # float32 takes float64 instead (_quad), with no need of it
+        return a, beta, T(1.0), T(1.0)
+    small = abs(a) < T(_TWO_M960) and abs(beta) < T(_TWO_M960)
+    big = abs(a) > T(_Q64_BIG) or (abs(beta) > T(_Q64_BIG) and abs(a) > T(1.0))
+    s = T(_TWO_200) if small else (T(0.5) if big else T(1.0))
+    si = T(_TWO_M200) if small else T(1.0)
     return a * s, beta * s, si, (T(2.0) if big else T(1.0))
 
 
 @kernel
-def _quad(x, a_s, b_s, si, so):
+def _quad(x, a, beta, a_s, b_s, si, so):
     """x (a x + beta) from _quad_scale(a, beta) = (a_s, b_s, si, so), the factor rounded
-    once."""
+    once. float32 in float64 instead: a x is exact there, and neither the factor nor the
+    product can overflow or go subnormal, so the two float64 roundings (2^-52 at most)
+    leave the float32 result correctly rounded but for near-ties, the overflow threshold
+    included: the float32 factor rounded up had put x (a x + beta) over it where the exact
+    value rounds to the maximum (alpha_p = 168.3, beta = 1e-30, x = 1.42e18: inf for
+    3.40282e38; 2% of the points within 3e-7 of the threshold). float64 keeps that double
+    rounding there: a product of two float64 roundings has no wider type to go to."""
+    T = type(x)
+    if is_f32(x):
+        xd = numba.float64(x)
+        return T(xd * fma(numba.float64(a), xd, numba.float64(beta)))
     return ((x * si) * fma(a_s, x, b_s)) * so
 
 
@@ -123,11 +130,11 @@ def _xielu_f_mid(x, an, beta, eh, el):
 
 
 @kernel
-def _xielu_f_side_q(x, an, beta, a_s, b_s, si, so):
+def _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so):
     """xielu_f outside eps < x <= 0 (and NaN), given _quad_scale(alpha_p, beta)."""
     T = type(x)
     if x > T(0.0):
-        return _quad(x, a_s, b_s, si, so)  # both terms >= 0: no cancellation
+        return _quad(x, ap, beta, a_s, b_s, si, so)  # both terms >= 0: no cancellation
     if x < T(-1.0):
         return _xielu_far(x, an, beta, math.expm1(x))
     return expm1_minus_x_times(x, an) + beta * x
@@ -137,7 +144,7 @@ def _xielu_f_side_q(x, an, beta, a_s, b_s, si, so):
 def _xielu_f_side(x, ap, an, beta):
     """xielu_f outside eps < x <= 0 (and NaN)."""
     a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
-    return _xielu_f_side_q(x, an, beta, a_s, b_s, si, so)
+    return _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so)
 
 
 @kernel
@@ -172,7 +179,7 @@ def xielu_f_prepared(x, ap, an, beta, eps, eh, el, a_s, b_s, si, so):
     """xielu_f(x, ap, an, beta, eps), bit for bit, given xielu_f_prep(...)."""
     T = type(x)
     if x > T(0.0) or not (x > eps):
-        return _xielu_f_side_q(x, an, beta, a_s, b_s, si, so)
+        return _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so)
     return _xielu_f_mid(x, an, beta, eh, el)
 
 
@@ -667,7 +674,8 @@ def xiprelu_f_prepared(x, ap, an, beta, pa, pb, pi, po, na, nb, ni, no):
     """xiprelu_f(x, ap, an, beta), bit for bit, given xiprelu_f_prep(...)."""
     T = type(x)
     pos = x > T(0.0)
-    return _quad(x, pa if pos else na, pb if pos else nb, pi if pos else ni, po if pos else no)
+    return _quad(x, ap if pos else an, beta, pa if pos else na, pb if pos else nb,
+                 pi if pos else ni, po if pos else no)
 
 
 # Each side's scaling from its parameters alone: the CPU loops hoist it; GPU kernels with
