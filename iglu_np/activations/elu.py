@@ -143,18 +143,19 @@ def _div_dw(x, a):
 @kernel
 def celu_f(x, alpha):
     T = type(x)
-    if x >= T(0.0):
-        return x  # both branches give x = +-0 at 0; this keeps celu(-0.0) = -0.0
     q, ql = _div_dw(x, alpha)
-    if abs(q) < T(9.313225746154785e-10):
-        # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: alpha = 1e20, x =
-        # -1e-20 (float32) made q subnormal and alpha q was 66 ulp off, or 0 below.
-        return fma(x, T(0.5) * q, x)
     m = math.expm1(q)
-    if m == T(-1.0):
-        return -alpha  # also at x = -inf, where the correction below would be 0 * inf
+    # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: alpha = 1e20, x = -1e-20
+    # (float32) made q subnormal and alpha q was 66 ulp off, or 0 below.
+    tiny = fma(x, T(0.5) * q, x)
     # expm1(q + ql) = m + e^q ql: q's rounding would cost up to 1/2 ulp near q = 0.
-    return alpha * (m + (T(1.0) + m) * ql)
+    # -alpha where m = -1, also at x = -inf, where the correction would be 0 * inf.
+    r = -alpha if m == T(-1.0) else alpha * (m + (T(1.0) + m) * ql)
+    r = tiny if abs(q) < T(9.313225746154785e-10) else r
+    # x >= 0: both branches give x = +-0 at 0; this keeps celu(-0.0) = -0.0. Every piece
+    # computed and one selected: with branches LLVM kept the float64 loop scalar for Intel's
+    # AVX-512 targets (skylake-avx512 to emeraldrapids).
+    return x if x >= T(0.0) else r
 
 
 @kernel
