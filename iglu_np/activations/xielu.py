@@ -96,8 +96,8 @@ def _quad(x, a, beta, a_s, b_s, si, so):
     product can overflow or go subnormal, so the two float64 roundings (2^-52 at most)
     leave the float32 result correctly rounded but for near-ties, the overflow threshold
     included: the float32 factor rounded up had put x (a x + beta) over it where the exact
-    value rounds to the maximum (alpha_p = 168.3, beta = 1e-30, x = 1.42e18: inf for
-    3.40282e38; 2% of the points within 3e-7 of the threshold). float64 keeps that double
+    value rounds to the maximum (alpha_p = 1.72, beta = 0.018, x = 1.405e19; 2% of the
+    points within 3e-7 of the threshold). float64 keeps that double
     rounding there: a product of two float64 roundings has no wider type to go to."""
     T = type(x)
     if is_f32(x):
@@ -157,7 +157,7 @@ def xielu_f(x, ap, an, beta, eps):
         return _xielu_f_mid(x, an, beta, eh, el)
     # float64: every piece computed and one selected. With branches LLVM's cost model for
     # Intel's AVX-512 targets (skylake-avx512 to emeraldrapids, not znver4 or haswell) kept
-    # the loop scalar, its branches mispredicted on mixed signs: 9.9 ns/el against 3.0 on one
+    # the loop scalar, its branches mispredicted on mixed signs: 9.9 ns/el against 3.1 on one
     # emeraldrapids core (float32's branches vectorise there; selects cost it 1.11x).
     a_s, b_s, si, so = _quad_scale(ap, beta)
     eh, el = _em1_eps_dw(eps)
@@ -172,9 +172,9 @@ def xielu_f(x, ap, an, beta, eps):
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
 # its double-word once per thread (the spec's ``prepared``, for the value and d_alpha_n),
 # not in every thread between eps and 0 (most of them for eps < -1); the CPU loops hoist it.
-# So for the value's _quad_scale: NVVM left it in the loop, per element, behind the x > 0
-# branch (its compares are short-circuit branches), and the H100 forward ran 1.27x the
-# copy limit (0.98x before the scaled forms).
+# So for the value's (float64) _quad_scale: NVVM left it in the loop, per element, behind
+# the x > 0 branch (its compares are short-circuit branches), and the H100 forward ran
+# 1.27x the copy limit (0.98x before the scaled forms).
 @kernel
 def xielu_eps_prep(ap, an, beta, eps):
     return _em1_eps_dw(eps)
