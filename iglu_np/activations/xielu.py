@@ -162,7 +162,7 @@ def xielu_f(x, ap, an, beta, eps):
     a_s, b_s, si, so = _quad_scale(ap, beta)
     eh, el = _em1_eps_dw(eps)
     pos = _quad(x, ap, beta, a_s, b_s, si, so)
-    far = _xielu_far(x, an, beta, math.expm1(x))
+    far = _xielu_far(x, an, beta, math.expm1(neg_side(x)))  # (x > 0 unused; see celu_f)
     near = expm1_minus_x_times(x, an) + beta * x
     mid = _xielu_f_mid(x, an, beta, eh, el)
     side = pos if x > T(0.0) else (far if x < T(-1.0) else near)
