@@ -50,9 +50,11 @@ def _param_sets(spec, dtype):
         big = 0.75 * float(np.finfo(dtype).max)
         d = spec.defaults
         sides = ("alpha_p", "alpha_n") if spec.name == "xiprelu" else ("alpha_p",)
-        for a in sides:  # (xIELU's alpha_n must exceed beta)
-            sets += [{**d, a: tiny, "beta": tiny}, {**d, a: big},
-                     {**d, a: 2.0, "beta": big, "alpha_n": 0.9 * float(np.finfo(dtype).max)}]
+        for a in sides:
+            big_beta = {**d, a: 2.0, "beta": big}
+            if spec.name == "xielu":  # alpha_n must exceed beta
+                big_beta["alpha_n"] = 0.9 * float(np.finfo(dtype).max)
+            sets += [{**d, a: tiny, "beta": tiny}, {**d, a: big}, big_beta]
     return sets
 
 
