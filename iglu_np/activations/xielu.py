@@ -140,35 +140,6 @@ def _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so):
     return expm1_minus_x_times(x, an) + beta * x
 
 
-@kernel
-def _xielu_f_side(x, ap, an, beta):
-    """xielu_f outside eps < x <= 0 (and NaN)."""
-    a_s, b_s, si, so = _quad_scale(ap, beta)  # before the branches: hoisted out of the loops
-    return _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so)
-
-
-@kernel
-def xielu_f(x, ap, an, beta, eps):
-    T = type(x)
-    if is_f32(x):
-        if x > T(0.0) or not (x > eps):
-            return _xielu_f_side(x, ap, an, beta)
-        eh, el = _em1_eps_dw(eps)
-        return _xielu_f_mid(x, an, beta, eh, el)
-    # float64: every piece computed and one selected. With branches LLVM's cost model for
-    # Intel's AVX-512 targets (skylake-avx512 to emeraldrapids, not znver4 or haswell) kept
-    # the loop scalar, its branches mispredicted on mixed signs: 9.9 ns/el against 3.1 on one
-    # emeraldrapids core (float32's branches vectorise there; selects cost it 1.11x).
-    a_s, b_s, si, so = _quad_scale(ap, beta)
-    eh, el = _em1_eps_dw(eps)
-    pos = _quad(x, ap, beta, a_s, b_s, si, so)
-    far = _xielu_far(x, an, beta, math.expm1(neg_side(x)))  # (x > 0 unused; see celu_f)
-    near = expm1_minus_x_times(x, an) + beta * x
-    mid = _xielu_f_mid(x, an, beta, eh, el)
-    side = pos if x > T(0.0) else (far if x < T(-1.0) else near)
-    return side if (x > T(0.0) or not (x > eps)) else mid
-
-
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
 # its double-word once per thread (the spec's ``prepared``, for the value and d_alpha_n),
 # not in every thread between eps and 0 (most of them for eps < -1); the CPU loops hoist it.
@@ -194,6 +165,24 @@ def xielu_f_prepared(x, ap, an, beta, eps, eh, el, a_s, b_s, si, so):
     if x > T(0.0) or not (x > eps):
         return _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so)
     return _xielu_f_mid(x, an, beta, eh, el)
+
+
+@kernel
+def xielu_f(x, ap, an, beta, eps):
+    T = type(x)
+    eh, el, a_s, b_s, si, so = xielu_f_prep(ap, an, beta, eps)  # hoisted out of the CPU loops
+    if is_f32(x):
+        return xielu_f_prepared(x, ap, an, beta, eps, eh, el, a_s, b_s, si, so)
+    # float64: every piece computed and one selected. With branches LLVM's cost model for
+    # Intel's AVX-512 targets (skylake-avx512 to emeraldrapids, not znver4 or haswell) kept
+    # the loop scalar, its branches mispredicted on mixed signs: 9.9 ns/el against 3.1 on one
+    # emeraldrapids core (float32's branches vectorise there; selects cost it 1.11x).
+    pos = _quad(x, ap, beta, a_s, b_s, si, so)
+    far = _xielu_far(x, an, beta, math.expm1(neg_side(x)))  # (x > 0 unused; see celu_f)
+    near = expm1_minus_x_times(x, an) + beta * x
+    mid = _xielu_f_mid(x, an, beta, eh, el)
+    side = pos if x > T(0.0) else (far if x < T(-1.0) else near)
+    return side if (x > T(0.0) or not (x > eps)) else mid
 
 
 # 1/6 as a double-word and the Taylor tail 1/k!, k = 4..8, of expm1 at |r| <= 6.1e-4.
