@@ -121,7 +121,7 @@ def test_detector_on_synthetic_assembly():
     (name, lines), = x86_asm.functions(asm).items()
     assert name == "f" and x86_asm.loops(lines) == [(1, 5), (6, 10)]
     st = x86_asm.loop_stats(lines)
-    assert st == {"packed": 1, "simd": True, "calls": ["expf"]}
+    assert st == {"packed": 1, "simd": True, "bits": 512, "calls": ["expf"]}
 
 
 def _listing(pre, body):
@@ -140,7 +140,7 @@ def test_detector_follows_calls_through_registers_loaded_before_the_loop(load):
     asm = _listing([load, "\txorl\t%r12d, %r12d"],
                    ["\tvmovsd\t(%r15,%r12,8), %xmm0", "\tcallq\t*%rbx", "\tincq\t%r12"])
     (_, lines), = x86_asm.functions(asm).items()
-    assert x86_asm.loop_stats(lines) == {"packed": 0, "simd": False, "calls": ["atan"]}
+    assert x86_asm.loop_stats(lines) == {"packed": 0, "simd": False, "bits": 0, "calls": ["atan"]}
 
 
 def test_detector_register_overwritten_after_the_load_stays_unresolved():
@@ -157,7 +157,7 @@ def test_detector_runtime_calls_through_registers_are_not_libm():
     asm = _listing(["\tmovabsq\t$NRT_decref, %r13"],
                    ["\tvaddps\t%ymm0, %ymm1, %ymm1", "\tcallq\t*%r13"])
     (_, lines), = x86_asm.functions(asm).items()
-    assert x86_asm.loop_stats(lines) == {"packed": 1, "simd": True, "calls": []}
+    assert x86_asm.loop_stats(lines) == {"packed": 1, "simd": True, "bits": 256, "calls": []}
 
 
 # The vectorisation facts must hold whatever x86 CPU the tests run on: compile for an
@@ -175,7 +175,9 @@ print(json.dumps({{
                for k in ("fwd", "bwd") for d in ("float32", "float64")}},
 }}))
 """
-CPUS = ["haswell", "skylake-avx512", "znver4"]  # AVX2, AVX-512 (Intel), AVX-512 (AMD)
+# AVX2; AVX-512 Intel with 256-bit loops (prefer-256-bit; its clock drops on 512-bit work);
+# AVX-512 Intel with 512-bit loops (iglu_np.backends._wide); AVX-512 AMD.
+CPUS = ["haswell", "skylake-avx512", "sapphirerapids", "znver4"]
 
 
 def _probe(cpu, names):
@@ -184,8 +186,11 @@ def _probe(cpu, names):
     import subprocess
     import sys
 
-    env = dict(os.environ, NUMBA_CPU_NAME=cpu)
-    env.pop("NUMBA_CPU_FEATURES", None)  # the named CPU's own features
+    # The named CPU's own features, whatever the host's (an AVX2 host's would leave an
+    # AVX-512 name without AVX-512; an AVX-512 host's would give haswell AVX-512).
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu,
+               NUMBA_CPU_FEATURES="+avx2" if cpu == "haswell" else "+avx512f")
+    env.pop("IGLU_NP_CPU_VECTOR_BITS", None)
     code = _CPU_PROBE.format(tests=os.path.dirname(os.path.abspath(__file__)), names=names)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=1200)
@@ -218,3 +223,59 @@ ALL = [n for n in sorted(iglu_np.ACTIVATIONS) if n != "identity"]
 @pytest.mark.parametrize("cpu", CPUS)
 def test_every_activations_loops_on_other_cpus(cpu):
     _probe(cpu, ALL)
+
+
+# The fast path's loops take 512-bit vectors on Intel's AVX-512 targets, whose LLVM tuning
+# (prefer-256-bit) stops at 256 (iglu_np.backends._wide); Numba functions of the user's
+# keep Numba's choice (a float64 loop: a float32 one with float64 arithmetic runs 8 float64
+# lanes in zmm registers at any preference). NUMBA_CPU_FEATURES=+avx512f gives the named CPU AVX-512 on any host
+# (only assembly is made here, nothing run).
+_WIDTH_PROBE = r"""
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from test_vectorised import _mul_loop, _stats_of, x86_asm
+from iglu_np.backends import _wide
+print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64)["bits"],
+                   "iglu": x86_asm.simd_report("iglu", "fwd", "float32")["bits"],
+                   "gelu": x86_asm.simd_report("gelu", "bwd", "float64")["bits"]}}))
+"""
+
+
+@pytest.mark.parametrize("cpu,env,bits", [
+    ("sapphirerapids", {}, 512),
+    ("emeraldrapids", {}, 512),
+    ("sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256),
+    ("sapphirerapids", {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"}, 256),
+    ("skylake-avx512", {}, 256),  # its clock drops on 512-bit work
+    ("skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512),
+    ("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256),
+])
+def test_fast_loops_vector_width(cpu, env, bits):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    full = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES="+avx512f")
+    full.pop("IGLU_NP_CPU_VECTOR_BITS", None)
+    full.update(env)
+    code = _WIDTH_PROBE.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res == {"wide": bits == 512, "user": 256, "iglu": bits, "gelu": bits}, (cpu, env)
+
+
+def test_vector_bits_setting_is_checked(monkeypatch):
+    from iglu_np.backends import _wide
+
+    monkeypatch.setenv("IGLU_NP_CPU_VECTOR_BITS", "128")
+    _wide.wide.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="IGLU_NP_CPU_VECTOR_BITS='128': expected 256 or 512"):
+            _wide.wide()
+    finally:
+        monkeypatch.undo()
+        _wide.wide.cache_clear()

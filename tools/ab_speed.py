@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
@@ -39,11 +40,12 @@ atexit.register(shutil.rmtree, _TMP, True)
 os.environ["IGLU_NP_CACHE_DIR"] = _TMP
 os.environ["IGLU_NP_FAST_NOCACHE"] = "1"
 
+import numba.core.registry  # noqa: E402
 import numpy as np  # noqa: E402
 
 import iglu_np  # noqa: E402
 from iglu_np import _spec  # noqa: E402
-from iglu_np.backends import cpu_fast  # noqa: E402
+from iglu_np.backends import _wide, cpu_fast  # noqa: E402
 
 
 def spec_at(rev: str, name: str) -> dict:
@@ -80,6 +82,21 @@ def _aligned(n: int, dt, offset: int) -> np.ndarray:
     return buf[s:s + n * dt.itemsize].view(dt)
 
 
+@contextlib.contextmanager
+def _old_vector_bits(bits):
+    """Loops made inside take the dispatcher of ``bits`` (None: the working tree's choice)."""
+    if bits is None:
+        yield
+        return
+    real = _wide.njit_target
+    cls = _wide.WideDispatcher if bits == 512 else numba.core.registry.CPUDispatcher
+    _wide.njit_target = lambda: cls
+    try:
+        yield
+    finally:
+        _wide.njit_target = real
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rev")
@@ -91,6 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", type=int, default=16,
                     help="bytes past a 64-byte boundary where the arrays start (numpy's large "
                          "arrays, mmap'd, start 16 bytes past a page; 0: aligned)")
+    ap.add_argument("--old-vector-bits", type=int, choices=(256, 512),
+                    help="build the old side's loops with this vector width preferred "
+                         "(iglu_np.backends._wide; REV HEAD then compares widths alone)")
     ap.add_argument("--params", default="", help="name=value,... (default: the spec's defaults)")
     a = ap.parse_args(argv)
     act = iglu_np.get(a.name)
@@ -115,7 +135,9 @@ def main(argv=None) -> int:
         p = tuple(dt.type(params[q]) for q in spec.param_names)
         for kind in a.kinds.split(","):
             with_g = kind.startswith("bwd")
-            loops = [cpu_fast.kernel(nm, kind, parallel=False) for nm in (old_name, a.name)]
+            with _old_vector_bits(a.old_vector_bits):
+                old_loop = cpu_fast.kernel(old_name, kind, parallel=False)
+            loops = [old_loop, cpu_fast.kernel(a.name, kind, parallel=False)]
             outs = [_aligned(a.n, dt, a.offset) for _ in range(3)]
             ins = (x, g) if with_g else (x,)
             for lp, o in zip(loops, outs):

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     names = a.names or list(iglu_np.ACTIVATIONS)
     want = a.kinds.split(",")
     dts = [np.dtype(d) for d in a.dtypes.split(",")]
-    print("| activation | kind | " + " | ".join(f"{d.name} SIMD (packed ops) | libm" for d in dts) + " |")
+    print("| activation | kind | " + " | ".join(f"{d.name} SIMD (packed ops, width) | libm" for d in dts) + " |")
     print("|---|---|" + "---|---|" * len(dts))
     bad = 0
     for name in names:
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
             for d in dts:
                 r = x86_asm.simd_report(name, kind, d)
                 bad += not r["simd"] or bool(r["libm"])
-                cells.append(f"{'yes' if r['simd'] else 'NO'} ({r['packed']}) | "
+                cells.append(f"{'yes' if r['simd'] else 'NO'} ({r['packed']}, {r['bits']}-bit) | "
                              f"{', '.join(r['libm']) or '-'}")
             print(f"| {name} | {kind} | " + " | ".join(cells) + " |", flush=True)
     return 1 if bad else 0

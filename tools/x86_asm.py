@@ -143,23 +143,27 @@ def calls(lines: list, lo: int = 0, hi: int | None = None) -> list:
 def loop_stats(lines: list) -> dict:
     """Packed-SIMD and external-call facts of the loops of one function:
     ``{"packed": most packed FP instructions in one loop, "simd": some loop is packed,
-    calls nothing and has no gather/scatter, "calls": sorted non-runtime callees}``."""
-    best_packed, vec_loops, ext = 0, 0, set()
+    calls nothing and has no gather/scatter, "bits": the widest registers (256: ymm, 512:
+    zmm) of the packed arithmetic in such loops (0: none), "calls": sorted non-runtime
+    callees}``."""
+    best_packed, vec_loops, ext, bits = 0, 0, set(), 0
     for a, b in loops(lines):
         body = lines[a:b + 1]
-        packed = 0
+        packed, zmm = 0, False
         for line in body:
             m = _PACKED.match(line)
             if m and ("%ymm" in m.group(2) or "%zmm" in m.group(2)):
                 packed += 1
+                zmm = zmm or "%zmm" in m.group(2)
         cs = [c for c in calls(lines, a, b + 1) if not _RUNTIME.match(c)]
         ext.update(cs)
         # gathers/scatters: vectorised addressing that is slower than scalar code
         gather = any(_GATHER.match(line) for line in body)
         if packed and not cs and not gather:
             vec_loops += 1
+            bits = max(bits, 512 if zmm else 256)
         best_packed = max(best_packed, packed)
-    return {"packed": best_packed, "simd": vec_loops > 0, "calls": sorted(ext)}
+    return {"packed": best_packed, "simd": vec_loops > 0, "bits": bits, "calls": sorted(ext)}
 
 
 def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
@@ -169,10 +173,11 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
     Inspects ``l_<kind>``, the element loop that the single-thread path and every prange
     block of ``k_<kind>`` call, compiled for ``dtype`` with scalar parameters (for the CPU
     Numba targets: ``NUMBA_CPU_NAME`` selects another one). Returns
-    ``{"simd": bool, "packed": int, "libm": [symbols]}``: ``simd`` is true when a loop
-    contains packed floating-point arithmetic on ymm/zmm registers and calls nothing;
-    ``packed`` is the largest count of such instructions in one loop; ``libm`` lists the
-    non-runtime functions called from inside any loop (libm's ``atanf``...).
+    ``{"simd": bool, "packed": int, "bits": int, "libm": [symbols]}``: ``simd`` is true
+    when a loop contains packed floating-point arithmetic on ymm/zmm registers and calls
+    nothing; ``packed`` is the largest count of such instructions in one loop; ``bits`` the
+    widest vectors of such loops (512 on AVX-512 targets: :mod:`iglu_np.backends._wide`);
+    ``libm`` lists the non-runtime functions called from inside any loop (libm's ``atanf``...).
     """
     import numba
     import numpy as np
@@ -191,7 +196,7 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
            *([nbt_dt] * len(spec.param_names)))
     fn = f"l_{kind}{cpu_fast.variant(alias)}"
     # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
-    loop = numba.njit(cache=False, **cpu_fast._JIT)(getattr(cpu_fast._module(spec), fn).py_func)
+    loop = cpu_fast._njit(getattr(cpu_fast._module(spec), fn).py_func, cache=False)
     loop.compile(sig)
     for fname, lines in functions(loop.inspect_asm(sig)).items():
         # skip the Python and C-callable wrappers around the function itself
@@ -200,4 +205,4 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
             break
     else:
         raise RuntimeError(f"simd_report: no assembly for {name}.{fn}")
-    return {"simd": st["simd"], "packed": st["packed"], "libm": st["calls"]}
+    return {"simd": st["simd"], "packed": st["packed"], "bits": st["bits"], "libm": st["calls"]}

@@ -45,7 +45,7 @@ from numba.extending import overload
 
 from .._kinds import Kind
 from .._spec import REGISTRY
-from . import cpu
+from . import _wide, cpu
 
 __all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
@@ -92,8 +92,13 @@ def _serialised_saves(disp):
     return disp
 
 
-def _njit(fn, **opts):
-    return _serialised_saves(numba.njit(cache=_CACHE, **_JIT, **opts)(fn))
+def _njit(fn, cache=_CACHE, **opts):
+    # numba.njit(fn, cache=cache, **_JIT, **opts), on the loops' own target (_wide)
+    disp = _wide.njit_target()(py_func=fn, locals={},
+                               targetoptions=dict(nopython=True, boundscheck=None, **_JIT, **opts))
+    if cache:
+        disp.enable_caching()
+    return _serialised_saves(disp)
 
 
 # --------------------------------------------------------------------------- helpers
