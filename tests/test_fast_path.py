@@ -126,6 +126,28 @@ def test_threaded_equals_single_thread(n, dtype, request):
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
+def test_threaded_blocks_cover_every_element_at_any_skew(dtype, request):
+    # Threaded blocks after the first start on the output's first cache line (cpu_fast._skew):
+    # at each offset from a line every element is computed once, out= and in place alike.
+    from iglu_np.backends import cpu_fast
+
+    request.getfixturevalue("threads_always")
+    n = 2 * cpu_fast.BLOCK + 37
+    rng = np.random.default_rng(3)
+    buf = (rng.standard_normal(n + 64) * 10).astype(dtype)
+    gbuf = rng.standard_normal(n + 64).astype(dtype)
+    a = iglu_np.iglu
+    for off in (0, 1, 3, 15):
+        x, g = buf[off:off + n], gbuf[2 * off + 1:2 * off + 1 + n]
+        want, want_b = a.ufunc(x, dtype(0.7)), a.backward.ufunc(x, g, dtype(0.7))
+        out = np.empty(n + 64, dtype)[off + 2:off + 2 + n]
+        _same(a(x, sigma=0.7, out=out), want)
+        _same(a.backward(x, g, sigma=0.7, out=out), want_b)
+        y = buf.copy()[off:off + n]
+        _same(a(y, sigma=0.7, out=y), want)
+
+
+@pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_backward_params_matches_ufunc_sum(dtype):
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((37, 129)) * 3).astype(dtype)
