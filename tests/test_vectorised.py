@@ -180,22 +180,29 @@ print(json.dumps({{
 CPUS = ["haswell", "skylake-avx512", "sapphirerapids", "znver4"]
 
 
-def _probe(cpu, names):
+def _compile_for(cpu, template, env=(), **fmt):
+    """The JSON that ``template`` (formatted with ``tests`` and ``fmt``) prints last, run in
+    a fresh process compiling for ``cpu`` with the named CPU's own features, whatever the
+    host's (an AVX2 host's would leave an AVX-512 name without AVX-512; an AVX-512 host's
+    would give haswell AVX-512); ``env`` overrides."""
     import json
     import os
     import subprocess
     import sys
 
-    # The named CPU's own features, whatever the host's (an AVX2 host's would leave an
-    # AVX-512 name without AVX-512; an AVX-512 host's would give haswell AVX-512).
-    env = dict(os.environ, NUMBA_CPU_NAME=cpu,
-               NUMBA_CPU_FEATURES="+avx2" if cpu == "haswell" else "+avx512f")
-    env.pop("IGLU_NP_CPU_VECTOR_BITS", None)
-    code = _CPU_PROBE.format(tests=os.path.dirname(os.path.abspath(__file__)), names=names)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    full = dict(os.environ, NUMBA_CPU_NAME=cpu,
+                NUMBA_CPU_FEATURES="+avx2" if cpu == "haswell" else "+avx512f")
+    full.pop("IGLU_NP_CPU_VECTOR_BITS", None)
+    full.update(env)
+    code = template.format(tests=os.path.dirname(os.path.abspath(__file__)), **fmt)
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
                        timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _probe(cpu, names):
+    res = _compile_for(cpu, _CPU_PROBE, names=names)
     atan, mul = res["atan"], res["mul"]
     assert not atan["simd"] and any("atan" in c for c in atan["calls"]), (cpu, atan)
     assert mul["simd"] and mul["packed"] > 0 and not mul["calls"], (cpu, mul)
@@ -228,8 +235,7 @@ def test_every_activations_loops_on_other_cpus(cpu):
 # The fast path's loops take 512-bit vectors on Intel's AVX-512 targets, whose LLVM tuning
 # (prefer-256-bit) stops at 256 (iglu_np.backends._wide); Numba functions of the user's
 # keep Numba's choice (a float64 loop: a float32 one with float64 arithmetic runs 8 float64
-# lanes in zmm registers at any preference). NUMBA_CPU_FEATURES=+avx512f gives the named CPU AVX-512 on any host
-# (only assembly is made here, nothing run).
+# lanes in zmm registers at any preference). Only assembly is made here, nothing run.
 _WIDTH_PROBE = r"""
 import json, sys
 sys.path.insert(0, {tests!r})
@@ -252,19 +258,7 @@ print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64
     ("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256),
 ])
 def test_fast_loops_vector_width(cpu, env, bits):
-    import json
-    import os
-    import subprocess
-    import sys
-
-    full = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES="+avx512f")
-    full.pop("IGLU_NP_CPU_VECTOR_BITS", None)
-    full.update(env)
-    code = _WIDTH_PROBE.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res = _compile_for(cpu, _WIDTH_PROBE, env)
     assert res == {"wide": bits == 512, "user": 256, "iglu": bits, "gelu": bits}, (cpu, env)
 
 

@@ -40,7 +40,6 @@ atexit.register(shutil.rmtree, _TMP, True)
 os.environ["IGLU_NP_CACHE_DIR"] = _TMP
 os.environ["IGLU_NP_FAST_NOCACHE"] = "1"
 
-import numba.core.registry  # noqa: E402
 import numpy as np  # noqa: E402
 
 import iglu_np  # noqa: E402
@@ -89,8 +88,7 @@ def _old_vector_bits(bits):
         yield
         return
     real = _wide.njit_target
-    cls = _wide.WideDispatcher if bits == 512 else numba.core.registry.CPUDispatcher
-    _wide.njit_target = lambda: cls
+    _wide.njit_target = lambda: real(bits)
     try:
         yield
     finally:

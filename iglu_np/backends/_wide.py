@@ -70,7 +70,9 @@ def wide() -> bool:
     return env == "512" or cg._get_host_cpu_name() not in _THROTTLED
 
 
-def njit_target():
-    """The dispatcher class for the fast path's loops: :class:`WideDispatcher` where
-    :func:`wide`, else Numba's own CPU dispatcher."""
-    return WideDispatcher if wide() else registry.CPUDispatcher
+def njit_target(bits=None):
+    """The dispatcher class for the fast path's loops: :class:`WideDispatcher` for 512-bit
+    loops, Numba's own CPU dispatcher for 256; ``bits=None``: as :func:`wide` decides."""
+    if bits is None:
+        bits = 512 if wide() else 256
+    return WideDispatcher if bits == 512 else registry.CPUDispatcher
