@@ -27,6 +27,7 @@ __all__ = [
     "exp_dw",
     "exp_scaled",
     "exp_normal",
+    "mul_exp",
     "exp_expm1_neg",
     "tanh_small",
     "log1p_unit",
@@ -136,6 +137,15 @@ def exp_normal(x):
     there. The CPU binds :func:`iglu_np._vmath.exp_normal` (the same bits as ``exp`` in
     that range, without its range handling); elsewhere it is ``math.exp``."""
     return math.exp(x)
+
+
+@kernel
+def mul_exp(s, x):
+    """``s * exp(x)`` for s > 0 and x <= 0 where exp(x) and the product are normal numbers
+    (GELU's native form: s = 1/(u + 2), x >= -79). The CPU binds
+    :func:`iglu_np._vmath.mul_exp`, which rounds once where ``s * exp(x)`` rounds twice;
+    elsewhere it is that product."""
+    return s * math.exp(x)
 
 
 @kernel

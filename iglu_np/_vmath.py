@@ -35,7 +35,7 @@ from ._math import PIO2_HI64 as _PIO2_HI64
 from ._math import PIO2_LO32 as _PIO2_LO32
 from ._math import PIO2_LO64 as _PIO2_LO64
 
-__all__ = ["horner", "atan", "exp", "exp_normal", "exp_expm1_neg", "expm1", "log", "log1p", "tanh", "tanh_small", "erf", "erfc", "hypot", "MATH",
+__all__ = ["horner", "atan", "exp", "exp_normal", "mul_exp", "exp_expm1_neg", "expm1", "log", "log1p", "tanh", "tanh_small", "erf", "erfc", "hypot", "MATH",
            "enabled"]
 
 
@@ -287,6 +287,16 @@ def exp_normal(x):
     T = type(x)
     kf, r = _kf_r(x)
     return (T(1.0) + _expm1_poly(r)) * _pow2(_int_k(kf), x)
+
+
+@_jit
+def mul_exp(s, x):
+    """s exp(x) for s > 0, x <= 0 with exp(x) and s exp(x) normal: s (1 + p) 2^k with s (1 +
+    p) one fma, where s times exp_normal's (1 + p) 2^k rounds 1 + p first. One rounding
+    and one instruction fewer in GELU's native form: float32 worst error over every float32
+    with |a x| <= 12.5, gelu 3.72 -> 3.30 ulp, gelu_a at a = 0.001 4.01 -> 3.23."""
+    kf, r = _kf_r(x)
+    return _fma(s, _expm1_poly(r), s) * _pow2(_int_k(kf), x)
 
 
 @_jit
@@ -623,6 +633,10 @@ def hypot(x, y):
 # The ``math`` functions computed here instead of by libm (CPU) or libdevice (Numba CUDA),
 # and translated to C++ for CuPy.
 OVERRIDDEN = ("atan", "exp", "expm1", "log", "log1p", "tanh", "erf", "erfc", "hypot")
+# The iglu_np._math kernels of the same names that the CPU replaces with these (the bulk
+# kernels' forms without range handling); the C++ is translated from these too, so CuPy
+# computes the CPU's bits (mul_exp's differ from its generic s * exp(x)).
+KERNELS = ("exp_normal", "exp_expm1_neg", "tanh_small", "mul_exp")
 
 
 def _namespace() -> types.ModuleType:

@@ -166,3 +166,27 @@ def test_hypot(dtype):
     assert o[5] == 0 and o[6] == 0 and math.copysign(1.0, o[6]) == 1.0
     assert o[7] == np.inf and o[8] == fi.max
     assert V.MATH.hypot is V.hypot
+
+
+@pytest.mark.parametrize("dtype,lo", [(np.float32, -79.0), (np.float64, -163.0)], ids=["f32", "f64"])
+def test_mul_exp_rounds_once(dtype, lo):
+    """mul_exp(s, x) = s exp(x) over GELU's native range (s = 1/(u + 2) in [1/16, 1/2], x =
+    -u^2/2), with s (1 + p) one fma: measured 0.96/0.90 ulp (float32/float64) over 3000
+    points, where s * exp(x) rounds twice (1.54/1.50 on a larger sample)."""
+
+    @numba.njit(error_model="numpy")
+    def f(s, x, o):
+        for i in range(x.size):
+            o[i] = V.mul_exp(s[i], x[i])
+
+    rng = np.random.default_rng(0)
+    s = rng.uniform(1 / 16, 0.5, 3000).astype(dtype)
+    x = np.concatenate([rng.uniform(lo, 0.0, 2998), [lo, 0.0]]).astype(dtype)
+    got = np.empty_like(x)
+    f(s, x, got)
+    worst = 0.0
+    with mpmath.workdps(40):
+        for a, b, g in zip(s, x, got):
+            t = mpmath.mpf(float(a)) * mpmath.exp(mpmath.mpf(float(b)))
+            worst = max(worst, float(abs(mpmath.mpf(float(g)) - t) / float(np.spacing(dtype(float(t))))))
+    assert worst <= 1.1, worst

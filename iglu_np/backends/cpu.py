@@ -63,15 +63,13 @@ _GENERATORS = ("_spec.py", "_kinds.py", "backends/_rebind.py", "backends/cpu.py"
 def _overrides() -> dict:
     """Helpers the CPU backend replaces: straight-line Horner (a loop left in a kernel
     keeps the element loop scalar), the fused multiply-add instruction, and for the bulk
-    kernels exp (alone, and with expm1 from one reduction) without range handling and
-    tanh's polynomial branch alone."""
+    kernels exp (alone, with expm1 from one reduction, and times a factor rounded once)
+    without range handling and tanh's polynomial branch alone (``_vmath.KERNELS``)."""
     from .. import _math, _vmath
 
     out = {_math.horner: _vmath.horner, _math.fma: _vmath._fma}
     if _vmath.enabled():  # else it compiles as written: libm's exp
-        out[_math.exp_normal] = _vmath.exp_normal
-        out[_math.exp_expm1_neg] = _vmath.exp_expm1_neg
-        out[_math.tanh_small] = _vmath.tanh_small
+        out.update({getattr(_math, k): getattr(_vmath, k) for k in _vmath.KERNELS})
     return out
 
 

@@ -292,6 +292,11 @@ class _Func:
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
         vm = _vmath()
+        from .. import _math
+
+        for k in vm.KERNELS:  # what the CPU computes for these kernels
+            if obj is getattr(_math, k):
+                obj = getattr(vm, k)
         if obj is getattr(vm, "_bits", None):
             return f"iglu_np::bits({self.expr(args[0])})"
         if obj is getattr(vm, "_from_bits", None):
