@@ -118,15 +118,26 @@ def test_gelu_float32_subnormal_tail_in_subnormal_ulps(name, kind, bound):
     assert max(err) <= bound, (max(err), x[int(np.argmax(err))])
 
 
-# The worst points of sweeps over every float32 (below): gelu_a's value was 4.01 ulp at
-# the first while r exp(y) in the native form rounded twice (mul_exp rounds once).
-@pytest.mark.parametrize("x,a", [(-12158.935546875, 0.001), (-7.8677592277526855, 1.0),
-                                 (-12104.7861328125, 0.001), (-7.598933219909668, 1.0)])
-def test_gelu_float32_native_form_worst_points(x, a):
-    spec = iglu_np._spec.REGISTRY["gelu_a"]
+# The worst points of sweeps over every float32 (below; every 16th float32 for mish): over
+# the README's 4 ulp before the fixes of 2026-11-27 (sixth session), each noted.
+_WORST32 = [
+    ("gelu_a", -12158.935546875, {"a": 0.001}),  # 4.01: r exp(y) rounded twice
+    ("gelu_a", -12104.7861328125, {"a": 0.001}),
+    ("gelu", -7.8677592277526855, {}),
+    ("gelu", -7.598933219909668, {}),  # 3.72
+    ("gelu_tanh", -1.8320088386535645, {}),  # 4.14: x (m r)
+    ("gelu_tanh", -3.8874146938323975, {}),  # 4.10 with m/(1 + m)
+    ("mish", -6.7640533447265625, {}),  # 4.56: five float32 roundings
+    ("mish", -5.982666015625, {}),  # 4.31
+]
+
+
+@pytest.mark.parametrize("name,x,params", _WORST32, ids=[f"{n}{x}" for n, x, _ in _WORST32])
+def test_float32_worst_points_of_the_sweeps(name, x, params):
+    spec = iglu_np._spec.REGISTRY[name]
     xs = np.array([x], np.float32)
-    got = iglu_np.gelu_a(xs, a=np.float32(a))
-    true, _ = acc.reference(spec, "fwd", xs, {"a": float(np.float32(a))})
+    got = iglu_np.get(name)(xs, **{k: np.float32(v) for k, v in params.items()})
+    true, _ = acc.reference(spec, "fwd", xs, {k: float(np.float32(v)) for k, v in params.items()})
     err = float(abs(mpmath.mpf(float(got[0])) - true[0])) / float(np.spacing(abs(got[0])))
     assert err <= 3.5, err
 
