@@ -862,10 +862,10 @@ def _d2u(x):
 @kernel
 def _tanh_gate(x):
     """(s, m, sc): 2u ~ s, m = exp(-|2u|), the gate sigmoid(2u) sc (exp_scaled: where
-    exp(2u) nears the subnormal range, 2u < -80 float32 / -700 float64, sig is kept 2^64 larger and the value
-    scaled back last, so it is rounded once: x times a subnormal gate was 20 ulp off in
-    float64, the derivative 1,072, measured in subnormal spacings across the underflow;
-    sc = 1 for x > 0)."""
+    exp(2u) nears the subnormal range, 2u < -80 float32 / -700 float64, m is kept 2^64
+    larger and the value scaled back last, so it is rounded once: x times a subnormal gate
+    was 20 ulp off in float64, the derivative 1,072, measured in subnormal spacings across
+    the underflow; sc = 1 for x > 0)."""
     T = type(x)
     s, h = _tanh_arg(x)
     h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
