@@ -221,12 +221,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.jobs < 1 or args.n_log < 2 or args.n_lin < 2:
         p.error("--jobs must be >= 1, --n-log and --n-lin >= 2")
-    names = args.names or list(iglu_np.ACTIVATIONS)
-    for n in names:
+    for n in args.names or ():
         try:
             iglu_np.get(n)
         except KeyError as e:
             p.error(str(e.args[0]))
+    # registry order whatever the order named: a subset's rows are the full sweep's rows
+    names = [n for n in iglu_np.ACTIVATIONS if not args.names or n in args.names]
 
     def progress(done, total, w):
         if not args.quiet and sys.stderr.isatty():
