@@ -63,7 +63,11 @@ def test_load_accuracy_groups_the_rows_by_activation(accuracy):
     assert list(by) == list(dict.fromkeys(r["activation"] for r in accuracy["rows"]))
     assert [r["kind"] for r in by["iglu"] if r["dtype"] == "float32"] == ["fwd", "dx", "d_sigma"]
     table = update_docs.accuracy_table(by["iglu"])
-    assert table.startswith(".. list-table::") and "``d_sigma``" in table
+    assert "points per row" in table and "``d_sigma``" in table and "domain (x)" not in table
+    rows = [dict(r) for r in by["iglu"]]
+    rows[0]["points"] += 1  # rows that differ show their domain and points in the table
+    table = update_docs.accuracy_table(rows)
+    assert table.startswith(".. list-table::") and "domain (x)" in table
 
 
 @pytest.fixture
@@ -111,3 +115,27 @@ def test_check_fails_when_a_bench_figure_changes_or_a_plot_is_missing(copies):
     (docs / "images" / "performance-cpu.png").unlink()
     r = _check("--data", str(data), "--docs", str(docs))
     assert "performance-cpu.png (the cpu plot) is missing" in r.stdout, r.stdout
+
+
+def test_a_gpu_bench_file_gets_its_own_section_and_plot(copies):
+    # the shape `iglu-np bench --device gpu --json` writes (iglu_np/bench_gpu.py), with the
+    # provenance record-bench adds; the figures are made up for the test
+    data, docs = copies
+    names = list(iglu_np.ACTIVATIONS)
+    rows = [{"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.12, "bwd_ms": 0.18},
+            {"dtype": "float32", "name": "(cupy.negative)", "fwd_ms": 0.13}]
+    rows += [{"dtype": "float32", "name": n, "fwd_ms": 0.125, "bwd_ms": 0.19,
+              "torch_fwd_ms": 0.3} for n in names]
+    gpu = {"date": "2026-01-01T00:00:00Z", "command": "iglu-np bench --json --device gpu",
+           "git": "0000000", "versions": {"iglu_np": "0", "python": "3"}, "device": "Test GPU",
+           "cupy": "13", "size": 2**26, "numba_cuda": "unavailable: test", "torch": "2",
+           "jax": None, "rows": rows, "small": {"iglu_us": 5.0, "cupy_negative_us": 4.0}}
+    (data / "bench-gpu-test-gpu.json").write_text(json.dumps(gpu))
+    assert "performance.rst differs" in _check("--data", str(data), "--docs", str(docs)).stdout
+    subprocess.run([sys.executable, str(TOOL), "--data", str(data), "--docs", str(docs)],
+                   capture_output=True, check=True, cwd=ROOT)
+    assert _check("--data", str(data), "--docs", str(docs)).returncode == 0
+    page = (docs / "performance.rst").read_text()
+    assert "GPU: Test GPU" in page and "No GPU run is recorded" not in page
+    assert page.index("CPU: ") < page.index("GPU: Test GPU")
+    assert (docs / "images" / "performance-gpu-test-gpu.png").stat().st_size > 10_000

@@ -5,7 +5,8 @@
     python tools/update_docs.py --check         # exit 1 naming what is stale (the tests run it)
     python tools/update_docs.py record-bench [BENCH OPTIONS]
                                                 # run `iglu-np bench --json [BENCH OPTIONS]` into
-                                                #   docs/data/bench-cpu.json, then regenerate
+                                                #   docs/data/bench-cpu.json (with --device gpu:
+                                                #   bench-gpu-<device>.json), then regenerate
 
 ``--data DIR`` and ``--docs DIR`` point at other directories (default docs/data, docs).
 
@@ -20,8 +21,13 @@ Inputs
     :func:`accuracy_table` one activation's table as reStructuredText.
 ``bench-cpu.json``
     ``iglu-np bench --json``'s output (machine, rows, limits, quiet, ...) with the
-    ``date``, ``command`` and ``git`` of the run added by ``record-bench``. One file per
-    machine: ``bench-<machine>.json`` gives a section and a plot ``images/performance-<machine>.png``.
+    ``date``, ``command`` and ``git`` of the run added by ``record-bench``.
+``bench-gpu-<device>.json``
+    ``iglu-np bench --device gpu --json``'s output (device, size, rows in ms, small) with
+    ``date``, ``command``, ``git`` and ``versions`` added.
+
+One file per machine: ``bench-<machine>.json`` gives a section of the Performance page and
+a plot ``images/performance-<machine>.png``.
 
 Only the current data appear on the pages; earlier results are in the data files' git history.
 """
@@ -58,17 +64,8 @@ def load_accuracy(path=None) -> dict:
     return out
 
 
-def _num(v: float, dtype: str | None = None) -> str:
-    """A value as the reader would type it: the shortest repr of its dtype."""
-    if dtype == "float32":
-        import numpy as np
-
-        return str(np.float32(v))
-    return repr(float(v))
-
-
 def _g(v: float) -> str:
-    return f"{v:.6g}"
+    return f"{v:.7g}"
 
 
 def _list_table(header, rows, widths=None, title="") -> list:
@@ -84,25 +81,36 @@ def _list_table(header, rows, widths=None, title="") -> list:
 
 
 def _worst_at(r) -> str:
-    dt = r["dtype"]
+    """Where the worst error is, to 7 digits (the exact inputs are in the JSON)."""
     w = r["worst_at"]
-    s = f"x = {_num(w['x'], dt)}"
-    if w["params"]:
-        s += ", " + ", ".join(f"{k} = {_num(v, dt)}" for k, v in w["params"].items())
-    return s
+    return ", ".join([f"x = {_g(w['x'])}"] + [f"{k} = {_g(v)}" for k, v in w["params"].items()])
 
 
 def accuracy_table(rows, title="") -> str:
-    """One activation's rows (a value of :func:`load_accuracy`) as a reStructuredText
-    list-table: kind, dtype, domain, points, worst and rms ulp, bound, where the worst was."""
+    """One activation's rows (a value of :func:`load_accuracy`) as reStructuredText: a
+    sentence with the x domain, parameter sets and points (in the table instead where they
+    differ between rows), then a list-table of kind, dtype, worst and rms ulp, bound and
+    where the worst is."""
+    def dom(r):
+        return f"[{r['domain'][0]:.6g}, {r['domain'][1]:.6g}]"
+
+    same = len({(dom(r), r["points"], r["param_sets"]) for r in rows}) == 1
+    head = ["kind", "dtype"] + ([] if same else ["domain (x)", "points"]) + [
+        "worst ulp", "rms ulp", "bound", "worst at"]
     body = []
     for r in rows:
-        lo, hi = r["domain"]
-        body.append([f"``{r['kind']}``", r["dtype"], f"[{_g(lo)}, {_g(hi)}]", f"{r['points']:,}",
-                     f"{r['worst_ulp']:.2f}", f"{r['rms_ulp']:.2f}", f"{r['bound']:g}",
-                     _worst_at(r)])
-    return "\n".join(_list_table(["kind", "dtype", "domain (x)", "points", "worst ulp", "rms ulp",
-                                  "bound", "worst at"], body, [8, 7, 12, 7, 6, 6, 5, 30], title))
+        body.append([f"``{r['kind']}``", r["dtype"]]
+                    + ([] if same else [dom(r), f"{r['points']:,}"])
+                    + [f"{r['worst_ulp']:.2f}", f"{r['rms_ulp']:.2f}", f"{r['bound']:g}",
+                       _worst_at(r)])
+    out = []
+    if same:
+        r = rows[0]
+        ps = r["param_sets"]
+        out += [f"x in {dom(r)} with ±0 and ±inf, {ps} parameter set{'s' if ps != 1 else ''}: "
+                f"{r['points']:,} points per row.", ""]
+    widths = [10, 8] + ([] if same else [14, 8]) + [7, 7, 6, 30]
+    return "\n".join(out + _list_table(head, body, widths, title))
 
 
 def _versions(v: dict) -> str:
@@ -168,10 +176,7 @@ def render_accuracy(data: dict) -> str:
     out += ["Per activation", "--------------", ""]
     for name, rs in by.items():
         title = f"``{name}``"
-        n_sets = max(r["param_sets"] for r in rs)
-        out += [f".. _accuracy-{name}:", "", title, "~" * len(title), "",
-                f"{n_sets} parameter set{'s' if n_sets != 1 else ''}.", "",
-                accuracy_table(rs)]
+        out += [f".. _accuracy-{name}:", "", title, "~" * len(title), "", accuracy_table(rs)]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -235,6 +240,115 @@ def _keys(b):
                                                                           if k[0] in DTYPES else 9, k[1]))
 
 
+def _is_gpu(b: dict) -> bool:
+    """``iglu-np bench --device gpu``'s output (a device and ms per call) rather than the
+    CPU benchmark's (machine info and seconds)."""
+    return "device" in b
+
+
+# the GPU benchmark's columns: (key, label, colour) per pass, iglu_np's backends first
+GPU_SERIES = {
+    "fwd": (("fwd_ms", "iglu_np (CuPy)", "#1f77b4"), ("numba_fwd_ms", "iglu_np (Numba CUDA)", "#17becf"),
+            ("torch_fwd_ms", "torch", "#ff7f0e"), ("jax_fwd_ms", "JAX", "#2ca02c")),
+    "bwd": (("bwd_ms", "iglu_np (CuPy)", "#1f77b4"), ("numba_bwd_ms", "iglu_np (Numba CUDA)", "#17becf")),
+}
+GPU_QUIET = ("none recorded: the GPU benchmark times each call with CUDA events (medians of "
+             "repeated samples) and makes no quiet-machine check")
+
+
+def _gpu_versions(b: dict) -> str:
+    v = dict(b.get("versions") or {})
+    v.pop("mpmath", None)
+    parts = [_versions(v)] if v else []
+    parts += [f"{k} {b[k]}" for k in ("cupy", "torch", "jax") if b.get(k)]
+    return ", ".join(parts)
+
+
+def _gpu_ns(b, ms):
+    return ms * 1e6 / b["size"]
+
+
+def _gpu_limits(b):
+    return {r["dtype"]: r for r in b["rows"] if r["name"] == "(copy limit)"}
+
+
+def _gpu_dtypes(b):
+    return list(dict.fromkeys(r["dtype"] for r in b["rows"]))
+
+
+def _render_gpu(machine: str, b: dict, image: str) -> list:
+    title = f"GPU: {b['device']}"
+    out = [f".. _performance-{machine}:", "", title, "-" * len(title), "",
+           f":Date: {b['date']}",
+           f":Machine: {b['device']}; {b['size']:,} elements per array; Numba CUDA backend: "
+           f"{b['numba_cuda']}",
+           f":Versions: {_gpu_versions(b)}",
+           f":Command: ``{b['command']}``",
+           f":Quiet check: {GPU_QUIET}",
+           "",
+           f".. figure:: {image}",
+           f"   :alt: ns per element of every activation's forward and backward pass on "
+           f"{b['device']}, beside the copy limit and the peers",
+           "   :width: 100%",
+           "",
+           f"   Nanoseconds per element at n = {b['size']:,}, against the memory "
+           "limit (dashed) and the peers.",
+           ""]
+    lims = _gpu_limits(b)
+    for dt in _gpu_dtypes(b):
+        rows = [r for r in b["rows"] if r["dtype"] == dt]
+        cols = [(ps, k, label) for ps in ("fwd", "bwd") for k, label, _ in GPU_SERIES[ps]
+                if any(r.get(k) is not None for r in rows if not r["name"].startswith("("))]
+        head = f"{dt}, n = {b['size']:,}"
+        out += [head, "~" * len(head), ""]
+        header = ["activation"]
+        for ps, k, label in cols:
+            header.append(f"{label} {ps} ns/el")
+            if k in ("fwd_ms", "bwd_ms"):
+                header.append(f"{ps} × limit")
+        body = []
+        lim = lims.get(dt, {})
+        for r in rows:
+            name = {"(copy limit)": "*memory limit*", "(cupy.negative)": "*cupy.negative*"}.get(
+                r["name"], f"``{r['name']}``")
+            cells = [name]
+            for ps, k, _ in cols:
+                v = r.get(k)
+                cells.append(f"{_gpu_ns(b, v):.3g}" if v is not None else "—")
+                if k in ("fwd_ms", "bwd_ms"):
+                    ref = lim.get(k)
+                    cells.append(f"{v / ref:.2f}" if v is not None and ref else "—")
+            body.append(cells)
+        out += _list_table(header, body)
+    sm = b.get("small")
+    if sm:
+        out += [f"Per call at 1,024 elements (wall time, host overhead included): ``iglu`` "
+                f"{sm['iglu_us']:.1f} µs, ``cupy.negative`` {sm['cupy_negative_us']:.1f} µs"
+                + (f", ``iglu`` on the Numba CUDA backend {sm['numba_iglu_us']:.1f} µs"
+                   if "numba_iglu_us" in sm else "") + ".", ""]
+    return out
+
+
+def _plot_gpu(b: dict, path: Path) -> None:
+    import numpy as np
+
+    lims = _gpu_limits(b)
+    names = list(dict.fromkeys(r["name"] for r in b["rows"] if not r["name"].startswith("(")))
+    panels = []
+    for i, dt in enumerate(_gpu_dtypes(b)):
+        by = {r["name"]: r for r in b["rows"] if r["dtype"] == dt}
+        for j, (ps, what, limit) in enumerate((("fwd", "forward", "cupy.copyto"),
+                                               ("bwd", "fused backward", "read x, g, write o"))):
+            series = [(label, [_gpu_ns(b, by[a][k]) if a in by and by[a].get(k) else np.nan
+                               for a in names], c) for k, label, c in GPU_SERIES[ps]]
+            lim = _gpu_ns(b, lims[dt][f"{ps}_ms"])
+            panels.append((i, j, f"{what}, {dt}, n = {b['size']:,}\nmemory limit ({limit}): "
+                           f"{lim:.3g} ns/el", series, lim))
+    _bar_plot(path, names, panels,
+              f"iglu-np bench --device gpu on {b['device']}, {b['date']}\n{_gpu_versions(b)}",
+              "Quiet check: " + GPU_QUIET, "#444444")
+
+
 def render_performance(benches) -> str:
     """``benches``: ``[(machine, data, image path relative to the docs dir)]``."""
     out = [GENERATED.format(src="bench-*.json"), ".. _performance:", "", "Performance",
@@ -258,11 +372,22 @@ def render_performance(benches) -> str:
            "    python tools/update_docs.py record-bench",
            "",
            "(it runs ``iglu-np bench --json`` into ``docs/data/bench-cpu.json``; extra options "
-           "go to ``iglu-np bench``). Earlier results are in that file's git history.",
+           "go to ``iglu-np bench``). On a machine with an NVIDIA GPU, "
+           "``python tools/update_docs.py record-bench --device gpu`` records "
+           "``iglu-np bench --device gpu``: CuPy arrays, CUDA-event medians, the forward's limit "
+           "``cupy.copyto``, the backward's a kernel that reads x and g and writes o in 16-byte "
+           "vectors, with the Numba CUDA backend, ``cupy.negative``, torch and JAX (forward "
+           "only) beside, into ``docs/data/bench-gpu-<device>.json``. Earlier results are in "
+           "the data files' git history.",
            ""]
     if not benches:
         out += ["No benchmark data (``docs/data/bench-*.json``).", ""]
+    if not any(_is_gpu(b) for _, b, _ in benches):
+        out += ["No GPU run is recorded.", ""]
     for machine, b, image in benches:
+        if _is_gpu(b):
+            out += _render_gpu(machine, b, image)
+            continue
         m = b["machine"]
         title = f"CPU: {_cpu_title(m)}" if machine == "cpu" else f"{machine}: {_cpu_title(m)}"
         out += [f".. _performance-{machine}:", "", title, "-" * len(title), "",
@@ -280,7 +405,7 @@ def render_performance(benches) -> str:
                 f"{_cpu_title(m)}, beside the copy limit and torch",
                 "   :width: 100%",
                 "",
-                f"   Nanoseconds per element at n = {_plot_n(b):,} (log scale), against the "
+                f"   Nanoseconds per element at n = {_plot_n(b):,}, against the "
                 "memory limit (dashed) and torch, with the quiet check's verdict under the legend.",
                 "",
                 "Memory limits",
@@ -320,76 +445,103 @@ def _plot_n(b) -> int:
     return max(n for _, n in _keys(b))
 
 
-def plot_performance(machine: str, b: dict, path: Path) -> None:
-    """ns/element of every activation's fwd and bwd at the largest n (one panel per pass and
-    dtype), torch beside, the memory limit as a dashed line; labelled with the machine,
-    versions, date and the quiet check."""
+def _bar_plot(path: Path, names: list, panels: list, title: str, verdict: str, color: str) -> None:
+    """Horizontal bars of ns/element per activation, one panel per ``panels`` entry
+    ``(row, col, title, [(label, values, color)], limit)``, the limit a dashed line; the
+    title on top, a shared legend and ``verdict`` (in ``color``) below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    n = _plot_n(b)
-    dts = [dt for dt, k in _keys(b) if k == n]
-    lims = {(lim["dtype"], lim["n"]): lim for lim in b["limits"]}
-    names = list(dict.fromkeys(r["activation"] for r in b["rows"]))
+    nrows = 1 + max(p[0] for p in panels)
     # 9 inches wide: shown at the docs' text width, 10 pt text stays readable
-    fig, axes = plt.subplots(len(dts), 2, figsize=(9, 2.4 + 0.25 * len(names) * len(dts)),
+    fig, axes = plt.subplots(nrows, 2, figsize=(9, 2.4 + 0.25 * len(names) * nrows),
                              squeeze=False, sharey=True)
     y = np.arange(len(names))
-    h = 0.38
     handles = {}
-    for i, dt in enumerate(dts):
-        by = {(r["activation"], r["pass"]): r for r in b["rows"] if (r["dtype"], r["n"]) == (dt, n)}
-        for j, (ps, lk, what, limit) in enumerate((("fwd", "copy", "forward", "copy"),
-                                                   ("bwd", "two_in_one_out", "fused backward",
-                                                    "x·g → o"))):
-            ax = axes[i][j]
-            ours = [by[(a, ps)]["ns_per_element"] if (a, ps) in by else np.nan for a in names]
-            theirs = [_ns(by[(a, ps)]["torch_seconds"], n)
-                      if (a, ps) in by and by[(a, ps)].get("torch_seconds") else np.nan for a in names]
-            handles["iglu_np"] = ax.barh(y - h / 2, ours, h, color="#1f77b4")
-            if not all(np.isnan(theirs)):
-                handles["torch (bwd: autograd fwd + bwd)"] = ax.barh(
-                    y + h / 2, theirs, h, color="#ff7f0e")
-            lim = _ns(lims[(dt, n)][lk], n)
-            handles["memory limit"] = ax.axvline(
-                lim, color="k", ls="--", lw=1.2)
+    for row, col, ptitle, series, limit in panels:
+        ax = axes[row][col]
+        shown = [(label, vals, c) for label, vals, c in series if not all(np.isnan(vals))]
+        h = 0.8 / max(1, len(shown))
+        for k, (label, vals, c) in enumerate(shown):
+            handles[label] = ax.barh(y - 0.4 + h * (k + 0.5), vals, h, color=c)
+        handles["memory limit"] = ax.axvline(limit, color="k", ls="--", lw=1.2)
+        vals = np.array([v for _, vs, _ in shown for v in vs] + [limit], dtype=float)
+        vals = vals[np.isfinite(vals) & (vals > 0)]
+        if vals.max() > 8 * vals.min():  # a log axis only where the bars span a decade
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel("ns per element (log scale)")
-            ax.set_title(f"{what}, {dt}, n = {n:,}\nmemory limit ({limit}): {lim:.2f} ns/el",
-                         fontsize=10)
-            ax.grid(axis="x", which="major", alpha=0.35)
-            if j == 0:
-                ax.set_yticks(y, names)
+        else:
+            ax.set_xlim(0, 1.05 * vals.max())
+            ax.xaxis.set_major_locator(MaxNLocator(5))
+            ax.set_xlabel("ns per element")
+        ax.set_title(ptitle, fontsize=10)
+        ax.grid(axis="x", which="major", alpha=0.35)
+        if col == 0:
+            ax.set_yticks(y, names)
+    for row in range(nrows):
+        for col in range(2):
+            if not any(p[0] == row and p[1] == col for p in panels):
+                axes[row][col].set_visible(False)
     axes[0][0].set_ylim(len(names) - 0.5, -0.5)  # registry order from the top (shared y)
-    m = b["machine"]
-    q = b["quiet"]
-    if q.get("quiet"):
-        verdict, color = "Quiet check: " + _quiet_text(q), "#2a6e2a"
-    else:
-        verdict, color = "Quiet check: NOT quiet: " + "; ".join(q["why"]), "#b00020"
     lines = _wrap(verdict, 105)
+    legend_rows = -(-len(handles) // 3)
     # fixed margins in inches: two title lines on top; tick labels, axis label, legend and
-    # the quiet check's verdict below
+    # the verdict below
     H = fig.get_figheight()
-    top, bottom = 1.05, 1.05 + 0.17 * len(lines)
+    below = 0.15 + 0.17 * len(lines) + 0.3 * legend_rows
+    top, bottom = 1.05, 0.7 + below
     fig.subplots_adjust(left=0.14, right=0.98, wspace=0.05, top=1 - top / H, bottom=bottom / H,
-                        hspace=(1.0 + 0.6) / (H - top - bottom) * len(dts))
-    fig.suptitle(f"iglu-np bench on {_cpu_title(m)}, {b['date']}\n{_bench_versions(b)}",
-                 fontsize=10, y=1 - 0.1 / H, va="top")
-    fig.legend(list(handles.values()), list(handles), loc="center", ncol=3, fontsize=9,
-               frameon=False, bbox_to_anchor=(0.5, (0.25 + 0.17 * len(lines)) / H))
+                        hspace=(1.0 + 0.6) / (H - top - bottom) * nrows)
+    fig.suptitle(title, fontsize=10, y=1 - 0.1 / H, va="top")
+    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=3, fontsize=9,
+               frameon=False, bbox_to_anchor=(0.5, below / H))
     fig.text(0.5, (0.1 + 0.085 * len(lines)) / H, "\n".join(lines), ha="center", va="center",
              fontsize=9, color=color)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_performance(machine: str, b: dict, path: Path) -> None:
+    """ns/element of every activation's fwd and bwd at the largest n (one panel per pass and
+    dtype), peers beside, the memory limit as a dashed line; labelled with the machine,
+    versions, date and the quiet check."""
+    if _is_gpu(b):
+        return _plot_gpu(b, path)
+    import numpy as np
+
+    n = _plot_n(b)
+    dts = [dt for dt, k in _keys(b) if k == n]
+    lims = {(lim["dtype"], lim["n"]): lim for lim in b["limits"]}
+    names = list(dict.fromkeys(r["activation"] for r in b["rows"]))
+    panels = []
+    for i, dt in enumerate(dts):
+        by = {(r["activation"], r["pass"]): r for r in b["rows"] if (r["dtype"], r["n"]) == (dt, n)}
+        for j, (ps, lk, what, limit) in enumerate((("fwd", "copy", "forward", "copy"),
+                                                   ("bwd", "two_in_one_out", "fused backward",
+                                                    "x·g → o"))):
+            ours = [by[(a, ps)]["ns_per_element"] if (a, ps) in by else np.nan for a in names]
+            theirs = [_ns(by[(a, ps)]["torch_seconds"], n)
+                      if (a, ps) in by and by[(a, ps)].get("torch_seconds") else np.nan for a in names]
+            lim = _ns(lims[(dt, n)][lk], n)
+            panels.append((i, j, f"{what}, {dt}, n = {n:,}\nmemory limit ({limit}): {lim:.2f} ns/el",
+                           [("iglu_np", ours, "#1f77b4"),
+                            ("torch (bwd: autograd fwd + bwd)", theirs, "#ff7f0e")], lim))
+    q = b["quiet"]
+    if q.get("quiet"):
+        verdict, color = "Quiet check: " + _quiet_text(q), "#2a6e2a"
+    else:
+        verdict, color = "Quiet check: NOT quiet: " + "; ".join(q["why"]), "#b00020"
+    _bar_plot(path, names, panels,
+              f"iglu-np bench on {_cpu_title(b['machine'])}, {b['date']}\n{_bench_versions(b)}",
+              verdict, color)
 
 
 def _wrap(s, width):
@@ -417,7 +569,10 @@ def _first_difference(old: str, new: str) -> str:
     a, b = old.splitlines(), new.splitlines()
     for i, (x, y) in enumerate(zip(a, b), 1):
         if x != y:
-            return f"line {i}: committed {x!r}, data give {y!r}"
+            c = next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+            lo = max(0, c - 30)
+            return (f"line {i}, column {c + 1}: committed {x[lo:c + 50]!r}, "
+                    f"the data give {y[lo:c + 50]!r}")
     return f"{len(a)} lines committed, the data give {len(b)}"
 
 
@@ -448,12 +603,12 @@ def write(data_dir: Path, docs_dir: Path) -> None:
 
 def record_bench(data_dir: Path, bench_args: list) -> int:
     """Run ``iglu-np bench --json BENCH_ARGS`` (this checkout's iglu_np) and write its output
-    with the run's date, command and git revision to ``bench-cpu.json``."""
-    if "--device" in bench_args or any(a.startswith("--device=") for a in bench_args):
-        print("record-bench records the CPU benchmark; --device is not supported", file=sys.stderr)
-        return 2
+    with the run's date, command and git revision to ``bench-cpu.json``, or with
+    ``--device gpu`` also the versions to ``bench-gpu-<device>.json``."""
+    import re
+
     sys.path.insert(0, str(ROOT / "tools"))
-    from accuracy_sweep import git_revision
+    from accuracy_sweep import git_revision, versions
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -465,10 +620,18 @@ def record_bench(data_dir: Path, bench_args: list) -> int:
         return r.returncode
     data = json.loads(r.stdout)
     out = {"date": date, "command": shlex.join(["iglu-np", "bench", "--json", *bench_args]),
-           "git": git_revision(), **data}
-    path = data_dir / "bench-cpu.json"
+           "git": git_revision()}
+    if _is_gpu(data):
+        out["versions"] = versions()
+        slug = re.sub(r"[^a-z0-9]+", "-", data["device"].lower()).strip("-") or "device"
+        path = data_dir / f"bench-gpu-{slug}.json"
+        verdict = GPU_QUIET
+    else:
+        path = data_dir / "bench-cpu.json"
+        verdict = _quiet_text(data["quiet"])
+    out.update(data)
     path.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
-    print(f"wrote {path}; quiet check: {_quiet_text(data['quiet'])}")
+    print(f"wrote {path}; quiet check: {verdict}")
     return 0
 
 
@@ -491,6 +654,10 @@ def main(argv=None) -> int:
             break
         rest.append(a)
         i += 1
+    if not (data_dir / "accuracy.json").is_file():
+        print(f"update_docs.py: {data_dir / 'accuracy.json'} is missing: write it with "
+              "python tools/accuracy_sweep.py --out docs/data/accuracy.json", file=sys.stderr)
+        return 2
     if rest[:1] == ["record-bench"]:
         code = record_bench(data_dir, rest[1:])
         if code:
