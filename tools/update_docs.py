@@ -158,8 +158,9 @@ def render_accuracy(data: dict) -> str:
            "Summary",
            "-------",
            "",
-           "The worst error per activation (over all parameter sets and, for the derivatives, "
-           "all kinds), with the largest fraction of its bound that any row reaches.",
+           "The worst error in ulp per activation (over all parameter sets and, for the "
+           "derivatives, all kinds), and the largest fraction of its bound that any of the "
+           "activation's rows reaches.",
            ""]
     body = []
     for name, rs in by.items():
@@ -172,7 +173,7 @@ def render_accuracy(data: dict) -> str:
         cells.append(f"{100 * frac:.0f} %")
         body.append(cells)
     out += _list_table(["activation", "fwd float32", "fwd float64", "derivatives float32",
-                        "derivatives float64", "of bound"], body, [20, 12, 12, 14, 14, 10])
+                        "derivatives float64", "worst / bound"], body, [20, 12, 12, 14, 14, 10])
     out += ["Per activation", "--------------", ""]
     for name, rs in by.items():
         title = f"``{name}``"
