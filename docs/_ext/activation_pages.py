@@ -62,29 +62,45 @@ def _fmt(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+def _where(at: dict) -> str:
+    ps = "".join(f", {k} = {_fmt(v)}" for k, v in at.get("params", {}).items())
+    return f"x = {_fmt(at['x'])}{ps}"
+
+
 def accuracy_section(name: str, acc: dict) -> list:
     rows = [r for r in acc["rows"] if r["activation"] == name]
     lines = ["Measured accuracy", "-----------------", ""]
     if not rows:
         return lines + [f"``{name}`` has no rows in ``docs/data/accuracy.json`` yet.", ""]
+    # columns whose value is the same in every row go into the sentence above the table
+    cols = {"backend": lambda r: r["backend"],
+            "x swept": lambda r: "[{:g}, {:g}]".format(*r["domain"]),
+            "points": lambda r: f"{r['points']:,}"}
+    same = {k: f(rows[0]) for k, f in cols.items() if len({f(r) for r in rows}) == 1}
+    facts = []
+    if "backend" in same:
+        facts.append(f"backend {same['backend']}")
+    if "x swept" in same:
+        facts.append(f"x swept over {same['x swept']}")
+    if "points" in same:
+        facts.append(f"{same['points']} points (x values times parameter sets) per row")
     lines += [
         f"Error in ulp of the result against mpmath, from the sweep of {acc['date'][:10]} "
-        f"on {acc['machine']} (:doc:`/accuracy` has every activation, the command and "
-        "the versions). *points* counts x values times parameter sets; ±0, ±inf and NaN "
-        "are always included.",
+        f"on {acc['machine']}: " + "; ".join(facts + ["±0, ±inf and NaN always included"])
+        + ". The :doc:`/accuracy` page has every activation, the command and the versions.",
         "",
         ".. list-table::",
         "   :header-rows: 1",
         "",
     ]
-    head = ["kind", "dtype", "backend", "x swept", "points", "worst ulp", "at x", "rms ulp",
-            "bound"]
+    head = ["kind", "dtype"] + [k for k in cols if k not in same] + [
+        "worst ulp", "worst at", "rms ulp", "bound"]
     lines += [f"   {'*' if i == 0 else ' '} - {h}" for i, h in enumerate(head)]
     for r in rows:
-        lo, hi = r["domain"]
-        cells = [_kind_labels(r["kind"])[1], r["dtype"], r["backend"], f"[{lo:g}, {hi:g}]",
-                 f"{r['points']:,}", _fmt(r["worst_ulp"]), _fmt(r["worst_at"]["x"]),
-                 _fmt(r["rms_ulp"]), _fmt(r["bound"])]
+        cells = ([_kind_labels(r["kind"])[1], r["dtype"]]
+                 + [f(r) for k, f in cols.items() if k not in same]
+                 + [_fmt(r["worst_ulp"]), _where(r["worst_at"]), _fmt(r["rms_ulp"]),
+                    _fmt(r["bound"])])
         lines += [f"   {'*' if i == 0 else ' '} - {c}" for i, c in enumerate(cells)]
     return lines + [""]
 
@@ -111,7 +127,8 @@ def plot(act, path: Path) -> None:
     panels = [[("fwd", spec.f), ("dx", spec.dx)]]
     if spec.params:
         panels.append([("d_" + p, spec.dparams[p]) for p in spec.param_names])
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 0.6, 3.4),
+    plt.rcParams.update({"font.size": 12, "axes.titlesize": 12, "legend.fontsize": 11})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.4, 3.6),
                              squeeze=False, layout="constrained")
     styles = ["-", "--", ":", "-."]
     for ax, panel in zip(axes[0], panels):
@@ -132,10 +149,10 @@ def plot(act, path: Path) -> None:
         ax.set_xlabel("x")
         ax.legend(loc="best", frameon=True)
     axes[0][0].set_ylabel("value")
-    axes[0][0].set_title(f"{spec.name} and its derivative in x", fontsize=10)
+    axes[0][0].set_title(f"{spec.name} and its derivative in x")
     if spec.params:
         axes[0][1].set_ylabel("derivative")
-        axes[0][1].set_title("derivatives in the parameters", fontsize=10)
+        axes[0][1].set_title("derivatives in the parameters")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
@@ -188,7 +205,7 @@ def page(act, acc: dict) -> str:
              f".. figure:: _plots/{n}.png",
              f"   :alt: {n}, its derivative in x"
              + (" and in its parameters" if spec.params else "") + f" on {list(X_PLOT)}",
-             "   :width: 100%", "",
+             f"   :width: {100 if spec.params else 55}%", "",
              f"   On [{X_PLOT[0]:g}, {X_PLOT[1]:g}]"
              + (f" at the defaults ({pdesc})" if pdesc else "") + ".", "",
              "Reference", "---------", "",
