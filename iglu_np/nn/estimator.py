@@ -719,42 +719,60 @@ def load(path):
 
 
 _COMMON_DOC = """
-    Parameters (scikit-learn names and meanings unless noted)
+    Parameter names and meanings follow scikit-learn's MLP estimators unless noted.
+
+    Parameters
     ----------
     hidden_layer_sizes : tuple of int, default (100,)
-    activation : str, default "iglu" — any name in ``iglu_np.ACTIVATIONS``.
-    activation_params : dict, optional — initial (or fixed) activation parameters,
-        e.g. ``{"sigma": 0.5}``.
-    learnable_activation : bool or list of str, default False — train these activation
-        parameters (True: all). They stay in their domain through a reparameterisation
-        (softplus above a lower bound, sigmoid in an interval; xIELU's alpha_p/alpha_n as
-        in its paper), see :mod:`iglu_np.nn.layers`.
-    per_unit : bool, default False — learnable parameters per hidden unit, not per layer.
-    solver : "adam" | "sgd" | "adamw", default "adam".
-    alpha : float, default 1e-4 — L2 penalty on the weights, as scikit-learn
-        (``0.5*alpha*||W||^2/batch_size`` added to the loss).
-    weight_decay : float, default 0.01 — decoupled decay, used by ``solver="adamw"``;
-        biases and activation parameters are never decayed.
-    batch_size, learning_rate_init, power_t, max_iter, shuffle, random_state, tol,
-    verbose, warm_start, momentum, nesterovs_momentum, early_stopping,
-    validation_fraction, beta_1, beta_2, epsilon, n_iter_no_change : as scikit-learn.
-    learning_rate : "constant" | "invscaling" | "adaptive" | "cosine" | "warmup" — applied
-        to every solver (scikit-learn applies it to SGD only); "cosine" is linear warmup
-        over ``warmup_epochs`` then cosine decay to 0 at ``max_iter``; "warmup" is
+        Units per hidden layer.
+    activation : str, default "iglu"
+        Any name in ``iglu_np.ACTIVATIONS``.
+    activation_params : dict, optional
+        Initial (or fixed) activation parameters, e.g. ``{"sigma": 0.5}``.
+    learnable_activation : bool or list of str, default False
+        Train these activation parameters (True: all). They stay in their domain through a
+        reparameterisation (softplus above a lower bound, sigmoid in an interval; xIELU's
+        alpha_p/alpha_n as in its paper), see :mod:`iglu_np.nn.layers`.
+    per_unit : bool, default False
+        Learnable parameters per hidden unit, not per layer.
+    solver : {"adam", "sgd", "adamw"}, default "adam"
+    alpha : float, default 1e-4
+        L2 penalty on the weights, as scikit-learn (``0.5*alpha*||W||^2/batch_size`` added
+        to the loss).
+    weight_decay : float, default 0.01
+        Decoupled decay, used by ``solver="adamw"``; biases and activation parameters are
+        never decayed.
+    learning_rate : {"constant", "invscaling", "adaptive", "cosine", "warmup"}
+        Applied to every solver (scikit-learn applies it to SGD only); "cosine" is linear
+        warmup over ``warmup_epochs`` then cosine decay to 0 at ``max_iter``; "warmup" is
         linear warmup then constant.
-    clip_grad_norm : float or None — clip the global gradient norm per step.
-    dropout : float in [0, 1) — after every hidden activation.
-    init : "glorot" (scikit-learn's) | "kaiming".
-    dtype : "float32" (default, fast) | "float64".
-    """
+    warmup_epochs : int, default 0
+        Epochs of linear warmup for ``learning_rate="cosine"`` or ``"warmup"``.
+    clip_grad_norm : float or None
+        Clip the global gradient norm per step.
+    dropout : float in [0, 1)
+        After every hidden activation.
+    init : {"glorot", "kaiming"}
+        "glorot" is scikit-learn's.
+    dtype : {"float32", "float64"}
+        "float32" (the default) is faster.
+    batch_size, learning_rate_init, power_t, max_iter, shuffle
+        As scikit-learn.
+    random_state, tol, verbose, warm_start, momentum, nesterovs_momentum
+        As scikit-learn.
+    early_stopping, validation_fraction, beta_1, beta_2, epsilon, n_iter_no_change
+        As scikit-learn.
+"""
 
 
 class MLPClassifier(*((_SkClf,) if _SkClf is not None else ()), _BaseMLP):
     __doc__ = ("Multi-layer perceptron classifier (softmax output, cross-entropy loss) with any "
-               "registered activation.\n" + _COMMON_DOC + """
-    class_weight : None | "balanced" | dict label -> weight — per-class weights of the
-        cross-entropy (weighted mean, as PyTorch's ``cross_entropy(weight=)``).
+               "registered activation.\n" + _COMMON_DOC + """    class_weight : None, "balanced" or dict label -> weight
+        Per-class weights of the cross-entropy (weighted mean, as PyTorch's
+        ``cross_entropy(weight=)``).
 
+    Notes
+    -----
     Unlike scikit-learn, binary problems also use a 2-unit softmax output.
     """)
 
