@@ -22,6 +22,31 @@ import numpy as np
 SIGMAS = (0.1, 0.5, 1.0, 5.0, 10.0)
 
 
+#: the sections ``--skip`` can leave out (the figures are always made)
+SECTIONS = ("speed", "table4", "tails")
+
+
+def parse_skip(text: str) -> set:
+    """The section names of a comma-separated ``--skip`` value; ValueError naming the
+    valid ones for any other name."""
+    names = {s.strip() for s in text.split(",") if s.strip()}
+    bad = sorted(names - set(SECTIONS))
+    if bad:
+        raise ValueError(f"unknown section{'s' if len(bad) > 1 else ''} "
+                         f"{', '.join(map(repr, bad))}; choose from {', '.join(SECTIONS)}")
+    return names
+
+
+def _skip_arg(text: str) -> str:
+    import argparse
+
+    try:
+        parse_skip(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def add_arguments(p):
     p.add_argument("--quick", action="store_true",
                    help="fewer sizes, seeds and epochs: about 1 minute on 2 cores, the Numba "
@@ -29,7 +54,7 @@ def add_arguments(p):
                         "in the speed table, 5 seeds and 120 epochs, several times longer)")
     p.add_argument("--out", default="reproduce_out", metavar="DIR",
                    help="output directory, created if needed (default: %(default)s)")
-    p.add_argument("--skip", default="", metavar="SECTIONS",
+    p.add_argument("--skip", default="", metavar="SECTIONS", type=_skip_arg,
                    help="comma-separated sections to leave out: speed (Table 1), table4, "
                         "tails (tail index); the figures are always made")
 
@@ -369,8 +394,8 @@ def _machine() -> str:
 def main(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    prog = _Progress(4 + len({"speed", "table4", "tails"} - skip))
+    skip = parse_skip(args.skip)
+    prog = _Progress(4 + len(set(SECTIONS) - skip))
     t0 = time.perf_counter()
     md = [
         "# IGLU reproduction report",

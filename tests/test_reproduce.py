@@ -112,3 +112,46 @@ def test_figure_check_finds_what_it_should():
     assert any("runs past the figure" in p for p in found)
     assert any("leaves its axes" in p for p in found)
     assert any("legend" in p and "covers" in p for p in found)
+
+
+def test_unknown_skip_section_is_an_error_listing_the_valid_ones(capsys):
+    from iglu_np import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["reproduce", "--skip", "speed,table5"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown section 'table5'; choose from speed, table4, tails" in err
+    with pytest.raises(ValueError, match="sections 'a', 'b'; choose from speed, table4, tails"):
+        reproduce.parse_skip("b,tails,a")
+    assert reproduce.parse_skip(" speed, table4 ,") == {"speed", "table4"}
+    assert reproduce.parse_skip("") == set()
+
+
+def test_training_pool_never_forks_by_default():
+    from iglu_np.nn import experiments
+
+    assert experiments.pool_context().get_start_method() in ("forkserver", "spawn")
+    assert experiments.pool_context("spawn").get_start_method() == "spawn"
+
+
+@pytest.mark.slow
+def test_table4_pool_runs_after_threaded_work_in_the_parent():
+    """The full report computes large arrays (the threaded loops) before Table 4; its
+    worker processes must still start and return (a forked pool died there)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, numpy as np, iglu_np\n"
+        "from iglu_np.nn import experiments\n"
+        "x = np.ones(1 << 20, np.float32)\n"
+        "iglu_np.iglu(x); iglu_np.iglu(x)\n"  # the second call runs threaded
+        "r = experiments.long_tailed_digits(rhos=(10,), activations=('relu', 'iglu'),\n"
+        "    sigmas=(1.0,), seeds=(0, 1), epochs=2, hidden=(8,), n_jobs=2)\n"
+        "print(json.dumps([len(r['runs']), r['setting']['n_jobs']]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [4, 2]

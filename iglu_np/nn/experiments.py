@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import multiprocessing
 import os
 import time
 import warnings
@@ -74,6 +75,28 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def pool_context(method=None):
+    """The ``multiprocessing`` context of the training processes: ``method`` if given,
+    else ``forkserver`` where the platform has it, else ``spawn``; never ``fork`` by
+    default. The parent has usually run threaded work by then (the report's full-size
+    figures, a BLAS call), and a child forked from a process using GNU OpenMP is ended by
+    Numba at its first parallel loop. The forkserver imports the training code once
+    (its preload list, when this starts it) and forks every worker from that clean
+    process; spawned workers import it themselves."""
+    if method is None:
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        from multiprocessing import forkserver
+
+        # added to the preload list already set (default: ["__main__"]), not replacing it
+        have = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
+                    or ["__main__"])
+        ours = ["iglu_np.nn.estimator", "iglu_np.nn.data", __name__]
+        ctx.set_forkserver_preload(have + [m for m in ours if m not in have])
+    return ctx
+
+
 def _one_run(job):
     """Train and evaluate one (rho, activation, sigma, seed); module-level for pickling."""
     (rho, name, sigma, seed, epochs, hidden, lr, batch_size, test_size) = job
@@ -106,14 +129,15 @@ def _one_run(job):
 
 def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigmas=PAPER_SIGMAS,
                        seeds=None, epochs=None, hidden=None, learning_rate_init=3e-3,
-                       batch_size=64, test_size=0.3, n_jobs=None, out_dir=None,
-                       progress: bool = False) -> dict:
+                       batch_size=64, test_size=0.3, n_jobs=None, start_method=None,
+                       out_dir=None, progress: bool = False) -> dict:
     """Run the miniature Table 4 and return ``{"summary": [...], "runs": [...], ...}``.
 
     ``summary`` has one row per (activation, sigma, rho) with mean and std over seeds of
     balanced test accuracy and test loss. ``activations`` defaults to IGLU, IGLU-Approx
     and the paper's baselines; names not registered are skipped (listed in ``missing``).
-    ``n_jobs`` worker processes (default: all cores).
+    ``n_jobs`` worker processes (default: all cores), started with ``start_method``
+    (default: see :func:`pool_context`).
     """
     setting = SETTINGS["quick" if quick else "full"]
     seeds = tuple(setting["seeds"] if seeds is None else seeds)
@@ -136,7 +160,7 @@ def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigm
                   + (f", about {left:.0f} s left" if i + 1 < len(jobs) else ""), flush=True)
 
     if n_jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=n_jobs) as ex:
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=pool_context(start_method)) as ex:
             for i, r in enumerate(ex.map(_one_run, jobs, chunksize=max(1, len(jobs) // (8 * n_jobs)))):
                 runs.append(r)
                 report(i)
