@@ -48,10 +48,13 @@ def _skip_arg(text: str) -> str:
 
 
 def add_arguments(p):
+    from .bench import QUICK_SIZES, SIZES
+
     p.add_argument("--quick", action="store_true",
-                   help="fewer sizes, seeds and epochs: about 1 minute on 2 cores, the Numba "
-                        "compilation of a first run included (without it: every activation "
-                        "in the speed table, 5 seeds and 120 epochs, several times longer)")
+                   help=f"the paper's {len(PAPER_TABLE)} speed-table rows at {len(QUICK_SIZES)} "
+                        "sizes, Table 4 with 2 seeds x 40 epochs (without it: every activation "
+                        f"at {len(SIZES)} sizes, 5 seeds x 120 epochs); each step prints its "
+                        "elapsed time")
     p.add_argument("--out", default="reproduce_out", metavar="DIR",
                    help="output directory, created if needed (default: %(default)s)")
     p.add_argument("--skip", default="", metavar="SECTIONS", type=_skip_arg,

@@ -128,6 +128,25 @@ def test_unknown_skip_section_is_an_error_listing_the_valid_ones(capsys):
     assert reproduce.parse_skip("") == set()
 
 
+def test_quick_help_says_what_the_runs_do_not_how_long_they_take():
+    import argparse
+    import re
+
+    from iglu_np import bench, cli
+    from iglu_np.nn.experiments import SETTINGS
+
+    def quick_help(module):
+        p = argparse.ArgumentParser()
+        module.add_arguments(p)
+        return " ".join(next(a.help for a in p._actions if "--quick" in a.option_strings).split())
+
+    text = quick_help(reproduce)
+    for setting in SETTINGS.values():
+        assert f"{len(setting['seeds'])} seeds x {setting['epochs']} epochs" in text
+    for t in (text, quick_help(bench), cli.EPILOG, bench.__doc__):
+        assert not re.search(r"about \d|\d\s*(s|min|minutes?)\b", t), t
+
+
 def test_training_pool_never_forks_by_default():
     from iglu_np.nn import experiments
 
