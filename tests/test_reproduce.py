@@ -94,7 +94,8 @@ def test_table4_plot_layout(tmp_path, monkeypatch):
 
 
 def test_figure_check_finds_what_it_should():
-    """The layout check itself: an annotation past the edge and a legend over points."""
+    """The layout check itself: an annotation past the edge and a legend over points; an
+    arrow across a curve, axes without a y-label, a log axis over 300 decades."""
     pytest.importorskip("matplotlib")
     import matplotlib
 
@@ -112,6 +113,23 @@ def test_figure_check_finds_what_it_should():
     assert any("runs past the figure" in p for p in found)
     assert any("leaves its axes" in p for p in found)
     assert any("legend" in p and "covers" in p for p in found)
+    assert any("has no y-label" in p for p in found)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3))
+    x = np.linspace(-1, 1, 101)
+    a1.plot(x, x, x, -x)
+    a1.plot([0.5], [0.5], "ko")
+    a1.annotate("crossing", (0.5, 0.5), xytext=(-0.9, 0.0), arrowprops=dict(arrowstyle="->"))
+    a1.annotate("clear", (0.5, 0.5), xytext=(0.5, 0.9), arrowprops=dict(arrowstyle="->"))
+    a2.semilogy(np.logspace(-1, 1, 20), np.logspace(-1, 1, 20))
+    a2.set_ylim(1e-300, 2)
+    a1.set_ylabel("y")
+    a2.set_ylabel("y")
+    found = layout_problems(fig)
+    plt.close(fig)
+    assert [p for p in found if "arrow" in p] == ["the arrow of 'crossing' crosses a curve ('')"]
+    assert any("spans 300 decades" in p for p in found)
+    assert not any("y-label" in p for p in found)
 
 
 def test_unknown_skip_section_is_an_error_listing_the_valid_ones(capsys):
