@@ -80,12 +80,14 @@ def pool_context(method=None):
     """The ``multiprocessing`` context of the training processes: ``method`` if given,
     else ``forkserver`` where the platform has it, else ``spawn``; never ``fork`` by
     default. The parent has usually run threaded work by then (the report's full-size
-    figures, a BLAS call), and a child forked from a process using GNU OpenMP is ended by
-    Numba at its first parallel loop. The forkserver imports the training code once
-    (its preload list, when this starts it) and forks every worker from that clean
-    process; spawned workers import it themselves."""
+    figures, a BLAS call), and a child forked from a threaded process inherits locks held
+    by threads that it does not have: iglu_np's loops run on one thread there
+    (:mod:`iglu_np._forksafe`), other libraries may hang or end it. The forkserver imports
+    the training code once (its preload list, when this starts it) and forks every worker
+    from that clean process; spawned workers import it themselves."""
     if method is None:
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        have = multiprocessing.get_all_start_methods()
+        method = "forkserver" if "forkserver" in have else "spawn"
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         from multiprocessing import forkserver
@@ -161,7 +163,8 @@ def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigm
                   + (f", about {left:.0f} s left" if i + 1 < len(jobs) else ""), flush=True)
 
     if n_jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=pool_context(start_method)) as ex:
+        ctx = pool_context(start_method)
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as ex:
             for i, r in enumerate(ex.map(_one_run, jobs, chunksize=max(1, len(jobs) // (8 * n_jobs)))):
                 runs.append(r)
                 report(i)
