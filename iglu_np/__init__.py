@@ -7,6 +7,7 @@ Every activation ``iglu_np.<name>`` is generated from its declarative spec in
 """
 from types import MappingProxyType as _MappingProxy
 
+from . import _forksafe  # noqa: F401  (registers the fork hook before any thread starts)
 from ._api import Activation, _acts, get
 from .stats import tail_index
 

@@ -24,7 +24,7 @@ COMMANDS = {
 
 EPILOG = """\
 examples:
-  iglu-np reproduce --quick        figures and tables in reproduce_out/report.md (about 1 minute)
+  iglu-np reproduce --quick        figures and tables in reproduce_out/report.md
   iglu-np info                     the activations and their parameters
   iglu-np bench --quick iglu gelu  speed of two activations against a memory copy
   iglu-np train --activation iglu --param sigma=0.5

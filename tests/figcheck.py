@@ -1,5 +1,6 @@
 """Layout checks for matplotlib figures: text that runs out of the figure or out of its
-axes, and legends drawn over data.
+axes, legends drawn over data, annotation arrows that cross a curve, axes without a
+y-label, and log axes spanning so many decades that the curves flatten into a strip.
 
 :func:`layout_problems` draws a figure and returns a list of problems (empty = fine);
 :func:`checking_savefig` wraps ``Figure.savefig`` so that every figure a piece of code
@@ -10,6 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 TOL = 1.0  # pixels
+#: most decades a log-scaled y-axis may span: beyond it, tick labels go down to 1e-100 and
+#: below while the curves that matter are pressed into a strip at the top
+MAX_DECADES = 40
+#: an arrow may touch curves this close to the point it marks (pixels)
+ARROW_END = 6.0
 
 
 def _inside(inner, outer, tol=TOL):
@@ -42,6 +48,45 @@ def _data_points(ax):
     return p[np.isfinite(p).all(axis=1)]
 
 
+def _segments_cross(a, b, p):
+    """Whether segment a-b crosses any segment of the polyline p (n x 2 points)."""
+    if len(p) < 2:
+        return False
+    c, d = p[:-1], p[1:]
+
+    def orient(u, v, w):
+        return np.sign((v[..., 0] - u[..., 0]) * (w[..., 1] - u[..., 1])
+                       - (v[..., 1] - u[..., 1]) * (w[..., 0] - u[..., 0]))
+
+    o1, o2 = orient(a, b, c), orient(a, b, d)
+    o3, o4 = orient(c, d, a), orient(c, d, b)
+    return bool(((o1 * o2 < 0) & (o3 * o4 < 0)).any())
+
+
+def _arrow_crossings(ax, r) -> list[str]:
+    """Annotations whose arrow crosses a data line before it reaches its point."""
+    out = []
+    lines = [np.asarray(ax.transData.transform(np.asarray(ln.get_xydata(), float)))
+             for ln in ax.lines
+             if ln.get_visible() and ln.get_transform() == ax.transData and len(ln.get_xydata()) > 1
+             and ln.get_linestyle() not in ("None", "", " ")]
+    for t in ax.texts:
+        arrow = getattr(t, "arrow_patch", None)
+        if arrow is None or not t.get_visible():
+            continue
+        v = np.asarray(arrow.get_path().vertices, float)  # display coordinates
+        tip = np.asarray(ax.transData.transform(np.asarray(t.xy, float)), float)
+        # the shaft, from its start to the point where it comes within ARROW_END of the tip
+        d = np.hypot(*(v - tip).T)
+        shaft = v[: int(np.argmax(d < ARROW_END)) or len(v)]
+        for i in range(len(shaft) - 1):
+            if any(_segments_cross(shaft[i], shaft[i + 1], ln[np.isfinite(ln).all(axis=1)])
+                   for ln in lines):
+                out.append(f"the arrow of {t.get_text()!r} crosses a curve ({ax.get_title()!r})")
+                break
+    return out
+
+
 def layout_problems(fig) -> list[str]:
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
@@ -53,6 +98,15 @@ def layout_problems(fig) -> list[str]:
     legends = [(leg, [leg.axes]) for ax in fig.axes if (leg := ax.get_legend()) is not None]
     legends += [(leg, fig.axes) for leg in fig.legends]
     for ax in fig.axes:
+        if not ax.get_ylabel().strip():
+            problems.append(f"axes {ax.get_title()!r} has no y-label")
+        if ax.get_yscale() == "log":
+            lo, hi = sorted(ax.get_ylim())
+            span = np.log10(hi / lo) if lo > 0 else np.inf
+            if span > MAX_DECADES:
+                problems.append(f"log y-axis of {ax.get_title()!r} spans {span:.0f} decades "
+                                f"(at most {MAX_DECADES})")
+        problems += _arrow_crossings(ax, r)
         abox = ax.get_window_extent(r)
         for t in ax.texts:  # annotations and ax.text: inside their axes
             if t.get_visible() and t.get_text().strip():

@@ -94,7 +94,8 @@ def test_table4_plot_layout(tmp_path, monkeypatch):
 
 
 def test_figure_check_finds_what_it_should():
-    """The layout check itself: an annotation past the edge and a legend over points."""
+    """The layout check itself: an annotation past the edge and a legend over points; an
+    arrow across a curve, axes without a y-label, a log axis over 300 decades."""
     pytest.importorskip("matplotlib")
     import matplotlib
 
@@ -112,3 +113,82 @@ def test_figure_check_finds_what_it_should():
     assert any("runs past the figure" in p for p in found)
     assert any("leaves its axes" in p for p in found)
     assert any("legend" in p and "covers" in p for p in found)
+    assert any("has no y-label" in p for p in found)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3))
+    x = np.linspace(-1, 1, 101)
+    a1.plot(x, x, x, -x)
+    a1.plot([0.5], [0.5], "ko")
+    a1.annotate("crossing", (0.5, 0.5), xytext=(-0.9, 0.0), arrowprops=dict(arrowstyle="->"))
+    a1.annotate("clear", (0.5, 0.5), xytext=(0.5, 0.9), arrowprops=dict(arrowstyle="->"))
+    a2.semilogy(np.logspace(-1, 1, 20), np.logspace(-1, 1, 20))
+    a2.set_ylim(1e-300, 2)
+    a1.set_ylabel("y")
+    a2.set_ylabel("y")
+    found = layout_problems(fig)
+    plt.close(fig)
+    assert [p for p in found if "arrow" in p] == ["the arrow of 'crossing' crosses a curve ('')"]
+    assert any("spans 300 decades" in p for p in found)
+    assert not any("y-label" in p for p in found)
+
+
+def test_unknown_skip_section_is_an_error_listing_the_valid_ones(capsys):
+    from iglu_np import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["reproduce", "--skip", "speed,table5"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown section 'table5'; choose from speed, table4, tails" in err
+    with pytest.raises(ValueError, match="sections 'a', 'b'; choose from speed, table4, tails"):
+        reproduce.parse_skip("b,tails,a")
+    assert reproduce.parse_skip(" speed, table4 ,") == {"speed", "table4"}
+    assert reproduce.parse_skip("") == set()
+
+
+def test_quick_help_says_what_the_runs_do_not_how_long_they_take():
+    import argparse
+    import re
+
+    from iglu_np import bench, cli
+    from iglu_np.nn.experiments import SETTINGS
+
+    def quick_help(module):
+        p = argparse.ArgumentParser()
+        module.add_arguments(p)
+        return " ".join(next(a.help for a in p._actions if "--quick" in a.option_strings).split())
+
+    text = quick_help(reproduce)
+    for setting in SETTINGS.values():
+        assert f"{len(setting['seeds'])} seeds x {setting['epochs']} epochs" in text
+    for t in (text, quick_help(bench), cli.EPILOG, bench.__doc__):
+        assert not re.search(r"about \d|\d\s*(s|min|minutes?)\b", t), t
+
+
+def test_training_pool_never_forks_by_default():
+    from iglu_np.nn import experiments
+
+    assert experiments.pool_context().get_start_method() in ("forkserver", "spawn")
+    assert experiments.pool_context("spawn").get_start_method() == "spawn"
+
+
+@pytest.mark.slow
+def test_table4_pool_runs_after_threaded_work_in_the_parent():
+    """The full report computes large arrays (the threaded loops) before Table 4; its
+    worker processes must still start and return (a forked pool died there)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, numpy as np, iglu_np\n"
+        "from iglu_np.nn import experiments\n"
+        "x = np.ones(1 << 20, np.float32)\n"
+        "iglu_np.iglu(x); iglu_np.iglu(x)\n"  # the second call runs threaded
+        "r = experiments.long_tailed_digits(rhos=(10,), activations=('relu', 'iglu'),\n"
+        "    sigmas=(1.0,), seeds=(0, 1), epochs=2, hidden=(8,), n_jobs=2)\n"
+        "print(json.dumps([len(r['runs']), r['setting']['n_jobs']]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [4, 2]

@@ -43,6 +43,7 @@ import numpy as np
 from numba import types as nbt
 from numba.extending import overload
 
+from .. import _forksafe
 from .._kinds import Kind
 from .._spec import REGISTRY
 from . import _wide, cpu
@@ -665,6 +666,16 @@ _par_lock = threading.Lock()
 _par_threadsafe = False
 
 
+def _new_par_lock():
+    # a thread of the parent may hold the lock at fork; that thread does not exist in the child
+    global _par_lock
+    _par_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_par_lock)
+
+
 # Busy-machine guard. A threaded call needs every core: while other processes hold them,
 # it waits for the scheduler and OpenMP's spinning workers (measured here with
 # examples/bench_threading.py, 2 cores, omp, two busy processes: iglu f32 on 1e5 elements
@@ -709,7 +720,10 @@ def busy(k, n, dt) -> bool:
 def launch(k, n, threaded, single, dt=None):
     """Run ``threaded()`` (a call of the parallel kernel ``k``) or ``single()`` (the same
     work on one thread) for ``n`` elements of dtype ``dt``, as the busy-machine guard
-    says."""
+    says; on one thread in a child forked after a threading layer that does not survive
+    fork (:mod:`iglu_np._forksafe`)."""
+    if _forksafe.threads_lost:
+        return single()
     key = _gkey(k, n, dt)
     g = _guard.get(key)
     t = time.perf_counter()
