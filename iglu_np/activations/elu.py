@@ -3,22 +3,8 @@ import math
 
 from .._math import (_TWO_64, _TWO_512, _TWO_M32, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
                      horner, is_f32, neg_side, two_prod)
+from .._coefficients import CELU_DALPHA_32, CELU_DALPHA_64
 from .._spec import Param, define, kernel
-
-# (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
-# tools/derive_smooth_coefficients.py (relative error 7e-18 resp. 2.5e-9).
-CELU_DALPHA_64 = (
-    -2.6424111765711535681e-1, -1.6060279414278840826e-1, -5.696447062846142819e-2,
-    -1.4639387309374243263e-2, -2.9709240879084293714e-3, -4.9944689573468332212e-4,
-    -7.1744376722876514093e-5, -9.0016207525989588199e-6, -1.0028293032174418656e-6,
-    -1.0047773985968596268e-7, -9.1477226428550262227e-9, -7.630737690861206629e-10,
-    -5.8752233239070044233e-11, -4.266195798922650105e-12, -2.8405605543218173869e-13,
-)
-CELU_DALPHA_32 = (
-    -2.6424111765711535681e-1, -1.60602790549501348e-1, -5.6964470302180706852e-2,
-    -1.4639435192704144129e-2, -2.970928436230072029e-3, -4.9927477999598402278e-4,
-    -7.1728743077956468775e-5, -9.2302892392453726353e-6, -1.0236111796276589871e-6,
-)
 
 # SELU's constants (Klambauer et al. 2017, as PyTorch spells them) and their product, each
 # split hi + lo per dtype: a float32 constant alone is off by up to 0.5 ulp before any
@@ -378,7 +364,7 @@ define(
         "q = x/alpha is carried as a double-word pair (Dekker remainder): exp(x/alpha) in the "
         "derivative has condition |x/alpha|, and expm1 is corrected by e^q times the low "
         "part. The alpha-derivative expm1(q) - q e^q ~ -q^2/2 cancels for |q| <= 2; there it "
-        "is q^2 P(q + 1) with a fitted polynomial (tools/derive_smooth_coefficients.py). "
+        "is q^2 P(q + 1) with a fitted polynomial (tools/derive_coefficients.py). "
         + _KINK_NOTE + " (PyTorch implements CELU as ELU with input scale 1/alpha): "
         "celu'(0) = 1 from both sides."
     ),
