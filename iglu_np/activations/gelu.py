@@ -1,480 +1,68 @@
-"""GELU family: exact GELU x*Phi(x), PyTorch's tanh approximation, and the IGLU paper's
-parametric GELU_a(x) = x*Phi(a x) (Hendrycks & Gimpel 2016; Kang, Yang & Rocha Neto 2026).
-
-The hard part is the x << 0 tail, where Phi and phi(x) = exp(-x^2/2)/sqrt(2 pi) have
-condition number ~x^2: rounding the exponent x^2/2 alone costs ~x^2/2 ulp (~180 ulp at
-x = -19 in float64). So phi is evaluated from an exactly split x^2 (double-word exponent,
-exp(y + e) = exp(y)(1 + e)), and Phi(-|t|) = phi(t) M(|t|) with M the Mills ratio, a smooth
-function fitted by polynomials (tools/derive_coefficients.py). For |a x| <= 12.5 (float32)
-or 18 (float64), the bulk of any input, one polynomial in q = (u - 2)/(u + 2) does it in the
-working precision with first-order corrections (<= 3.3 ulp measured, 2-2.5x faster than the
-double-word/float64-internal forms, which keep the tails); no libm erfc, so CPU and GPU
-agree. gelu_tanh carries its cubic 2u = k1 x + k3 x^3 as a double-word pair for the same
-reason.
+"""GELU x*Phi(x) and the IGLU paper's parametric GELU_a(x) = x*Phi(a x) (Hendrycks & Gimpel
+2016; Kang, Yang & Rocha Neto 2026). The normal CDF machinery they share, accurate down to
+underflow, is in _normal_cdf.py; PyTorch's tanh approximation is gelu_tanh.py.
 """
 import math
-from decimal import Decimal, localcontext
-import struct
-
-import numpy as np
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import _TWO_M512, exp_dw, exp_normal, exp_scaled, fma, horner, is_f32, mul_exp, padded, two_prod
-from .._coefficients import (GELU32_K, GELU32_UMAX, GELU32N_UMAX, GELU64N_UMAX, GELU_G32, GELU_H32,
-                              GELU_H32_C0, GELU_H64, GELU_H64_C0, GELU_M0_32, GELU_M0_64, GELU_M1_32,
-                              GELU_M1_64, GELU_M2_32, GELU_M2_64, GELU_M3_32, GELU_M3_64, GELU_S_32,
-                              GELU_S_64)
+from .._math import _TWO_M512, exp_dw, exp_normal, is_f32, two_prod
 from .._spec import Param, define, kernel
+from ._double_word import two_sum
+from ._normal_cdf import (K1024_HI, K1024_LO, K2048_HI, K2048_LO, LN_64H, abs_ax, abs_ax_bulk,
+                          ax_in_float64, gelu32_da, gelu32_dx, gelu32_f, gelu_core, gelu_dx_core,
+                          gelu_native, gelu_native_dx, gelu_native_dx_bulk, in_native_range,
+                          npdf_exponent)
 
-def _f32(v: float) -> float:
-    return struct.unpack("f", struct.pack("f", v))[0]
-
-
-def _dw(digits: str):
-    """(hi64, lo64, hi32, lo32): a constant split into hi + lo pairs for both dtypes."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        d = Decimal(digits)
-        hi64 = float(d)
-        hi32 = _f32(hi64)
-        return hi64, float(d - Decimal(hi64)), hi32, _f32(float(d - Decimal(hi32)))
-
-
-# log(sqrt(2 pi)), and gelu_tanh's 2*sqrt(2/pi) and 2*sqrt(2/pi)*0.044715.
-_LNS2PI = _dw("0.91893853320467274178032973640561763986139747363778")
-_K1 = _dw("1.5957691216057307117597842397375274739034345246597")
-_K3 = _dw("0.07135481627260024877633875227986354099559207477016")
-LN_64H, LN_64L, LN_32H, LN_32L = _LNS2PI
-K1_64H, K1_64L, K1_32H, K1_32L = _K1
-K3_64H, K3_64L, K3_32H, K3_32L = _K3
-THREE_K3 = 0.21406444881780074632901625683959062298677622431048  # d(2u)/dx = k1 + 3 k3 x^2
-
-# Roots of the x-derivatives (they cross zero once, on the negative side).
+# The root of GELU's x-derivative (it crosses zero once, on the negative side).
 GELU_DX_ROOT = -0.75179152469356445745790494677952403966447115342345
-GELU_TANH_DX_ROOT = -0.75246142207101625848795444328891609060539217803763
-
-# The Mills ratio's pieces (GELU_M<k>_*, GELU_S_*) for the double-word tail forms, GELU_G32
-# for the float32 tail and GELU_H32/GELU_H64 for the native form, with the ranges they
-# cover, come from iglu_np/_coefficients.py, which says what each one fits.
-H32_C0_HI, H32_C0_LO = GELU_H32_C0
-H64_C0_HI, H64_C0_LO = GELU_H64_C0
-GELU_H64_E, GELU_H64_O = GELU_H64[2::2], GELU_H64[3::2]
-H64_1, H64_2 = GELU_H64[0], GELU_H64[1]
-INV_SQRT_2PI = 0.39894228040143267794
-
-# The Mills pieces at one length: one Horner pass on coefficients chosen by selects.
-GELU_M0P_64, GELU_M1P_64, GELU_M2P_64, GELU_M3P_64 = padded(
-    GELU_M0_64, GELU_M1_64, GELU_M2_64, GELU_M3_64)
-GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = padded(
-    GELU_M0_32, GELU_M1_32, GELU_M2_32, GELU_M3_32, dtype=np.float32)
-
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
 _HG = "Hendrycks & Gimpel, Gaussian Error Linear Units (GELUs), arXiv:1606.08415 (2016)"
-
-
-# --------------------------------------------------------------------------- dw helpers
-@kernel
-def _two_sum(a, b):
-    """``a + b = s + e`` exactly (Knuth; no ordering assumption)."""
-    s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    return s, e
-
-
-# The kernels below choose between their cases with selects, not branches: every case is
-# computed with safe arguments (clamped, so no discarded lane needs inf or NaN it would not
-# otherwise meet) and the result picked, so LLVM if-converts the element loops into SIMD
-# code (a branch around a polynomial or exp keeps them scalar). The chosen case computes
-# exactly what the branch did.
-@kernel
-def _npdf_exponent(t_hi, t_lo):
-    """(under, y, f): phi(t_hi + t_lo) = exp(y + f) with y + f = -t^2/2 - log sqrt(2 pi)
-    as a dw pair, unless ``under`` (|t| > 64: phi underflows to 0)."""
-    T = type(t_hi)
-    if is_f32(t_hi):
-        l_hi = T(LN_32H)
-        l_lo = T(LN_32L)
-    else:
-        l_hi = T(LN_64H)
-        l_lo = T(LN_64L)
-    under = abs(t_hi) > T(64.0)  # underflowed; NaN fails the test and propagates
-    t_hi = T(64.0) if under else t_hi  # keeps t^2 finite in the discarded lane
-    t_lo = T(0.0) if under else t_lo
-    s, e = two_prod(t_hi, t_hi)
-    e = e + T(2.0) * t_hi * t_lo
-    # The normalising constant goes into the exponent: one rounding fewer than exp()*c.
-    y, f = _two_sum(T(-0.5) * s, -l_hi)
-    f = f + (T(-0.5) * e - l_lo)
-    return under, y, f
-
-
-@kernel
-def _mills_poly(a):
-    """Mills ratio M(a) = Phi(-a)/phi(a) for 0 <= a < 4 (any a is safe to pass): the
-    polynomial of a's unit piece, its coefficients chosen by selects. NaN propagates."""
-    T = type(a)
-    c1 = a >= T(1.0)
-    c2 = a >= T(2.0)
-    c3 = a >= T(3.0)
-    centre = T(3.5) if c3 else (T(2.5) if c2 else (T(1.5) if c1 else T(0.5)))
-    # (one name per dtype: the is_f32 branch is folded by LLVM, after typing)
-    if is_f32(a):
-        c32 = GELU_M3P_32 if c3 else (GELU_M2P_32 if c2 else (GELU_M1P_32 if c1 else GELU_M0P_32))
-        return horner(a - centre, c32)
-    c64 = GELU_M3P_64 if c3 else (GELU_M2P_64 if c2 else (GELU_M1P_64 if c1 else GELU_M0P_64))
-    return horner(a - centre, c64)
-
-
-@kernel
-def _mills_s(a):
-    """S = a M(a) for a >= 4, a polynomial in 1/a^2 (-> 1 at a = inf)."""
-    T = type(a)
-    v = T(1.0) / (a * a) - T(0.03125)
-    if is_f32(a):
-        return horner(v, GELU_S_32)
-    return horner(v, GELU_S_64)
-
-
-@kernel
-def _mills_both(a):
-    """(small, M(a), a4, S(a4)) for a >= 0: small = a < 4; M from the pieces below 4 and
-    S(a)/a above; a4 = max(a, 4) (NaN stays NaN and is not small)."""
-    T = type(a)
-    small = a < T(4.0)
-    # a + 2^-100 is a where not small: LLVM turns s/select(c, 4, a) into select(c, s/4,
-    # s/a), and s/a at a = 0 made the raw float64 ufunc warn "divide by zero".
-    a4 = T(4.0) if small else a + T(7.888609052210118e-31)
-    s = _mills_s(a4)
-    m = _mills_poly(a if small else T(0.0))
-    m = m if small else s / a4
-    return small, m, a4, s
-
-
-# 1024 ln2 and 2048 ln2 as dw pairs (hi + lo), and 2^-512.
-_K1024_HI, _K1024_LO = 709.782712893384, 2.3747039373786107e-14
-_K2048_HI, _K2048_LO = 1419.565425786768, 4.7494078747572215e-14
-
-
-@kernel
-def _npdf_shifted(t_hi, t_lo):
-    """(ph, sc) with phi(t) = (ph sc) sc: for t < 0 where phi < e^-700 (|t| > 37.4),
-    ph = phi 2^1024 = e^(y + 1024 ln2) and sc = 2^-512, else ph = phi and sc = 1. A value
-    phi times a factor is then rounded once, when scaled back last: |t| phi (GELU's
-    derivative) and (x/|t|) phi S (GELU_a's value, x/|t| = 1/a) are normal where phi is
-    not, and rounding phi into the subnormal range first had cost 28 and 849 ulp."""
-    T = type(t_hi)
-    under, y, f = _npdf_exponent(t_hi, t_lo)
-    d = t_hi < T(0.0) and y < T(-700.0)
-    y, g = _two_sum(y, T(_K1024_HI) if d else T(0.0))
-    f = f + (g + (T(_K1024_LO) if d else T(0.0)))
-    ph = math.exp(y)
-    ph = T(0.0) if under else ph + ph * f
-    return ph, (T(_TWO_M512) if d else T(1.0))
-
-
-@kernel
-def _gelu_core(x, t_hi, t_lo):
-    """x * Phi(t) with Phi(-|t|) = phi(t) M(|t|) (no erfc: its own error is ~2 ulp)."""
-    T = type(x)
-    ph, sc = _npdf_shifted(t_hi, t_lo)
-    small, m, a4, s = _mills_both(abs(t_hi))
-    # t <= -4: x Phi(t) = (x/|t|) phi S: for GELU x/|t| = -1 exactly, one rounding fewer.
-    neg = x * (ph * m) if small else (x / a4) * (ph * s)
-    neg = (neg * sc) * sc
-    # x = -inf would give -inf*0 (phi = 0); the limit is 0 (from below).
-    neg = T(-0.0) if ph == T(0.0) else neg
-    # Phi(t) = 1 - Phi(-t) with Phi(-t) <= 1/2: no cancellation.
-    pos = x * (T(1.0) - ph * m)
-    return neg if t_hi < T(0.0) else pos
-
-
-@kernel
-def _gelu_dx_core(t_hi, t_lo):
-    """Phi(t) + t phi(t) = phi (M - |t|) for t < 0, 1 + phi (t - M) for t >= 0."""
-    T = type(t_hi)
-    ph, sc = _npdf_shifted(t_hi, t_lo)
-    a = abs(t_hi)
-    small, m, a4, s = _mills_both(a)
-    neg = t_hi < T(0.0)
-    r = ph * (m - a) if neg else T(1.0) + ph * (a - m)
-    r = (r * sc) * sc
-    # |t| = inf (or phi underflowed): the limits 0 and 1 (not 0*inf).
-    lim = T(0.0) if neg else T(1.0)
-    return lim if ph == T(0.0) else r
-
-
-# --------------------------------------------------------------------------- float32 tail
-# |a x| > GELU32N_UMAX (the native form below takes the rest; the exact kernels branch
-# between the two): computed in float64 and rounded once at the end: t = a x is exact
-# (two 24-bit significands), t^2 has a relative error of 2^-53 at most, so the exponent
-# of phi needs no double-word steps (its rounding costs |t^2/2| 2^-53 <= 2e-14), float64
-# keeps the x << 0 tail normal where float32 goes subnormal (one rounding there, not two),
-# and the Mills ratio needs only ~1e-9: one polynomial over the whole range instead of
-# four pieces chosen by selects, a polynomial in 1/t^2 and two divisions.
-@kernel
-def _mills32(u):
-    """M(u) in float64 for 0 <= u <= GELU32_UMAX (NaN stays NaN)."""
-    D = type(u)
-    d = u + D(GELU32_K)
-    # 1/d: a float32 division (half the cost of float64's, twice the lanes) and one Newton
-    # step in float64 (relative error ~2^-46).
-    r0 = numba.float64(numba.float32(1.0) / numba.float32(d))
-    r = r0 * (D(2.0) - d * r0)
-    return r * horner((u - D(GELU32_K)) * r, GELU_G32)
-
-
-@kernel
-def _gate32(t):
-    """(phi(u), M(u), u) in float64 for u = min(|t|, GELU32_UMAX): Phi(-u) = phi M."""
-    D = type(t)
-    u = abs(t)
-    u = D(GELU32_UMAX) if u > D(GELU32_UMAX) else u  # NaN stays NaN
-    ph = math.exp(D(-0.5) * (u * u) - D(LN_64H))
-    return ph, _mills32(u), u
-
-
-@kernel
-def _gelu32_value(x, t, ph, m):
-    """x Phi(t) as float32 from _gate32's phi and M."""
-    T = type(x)
-    D = type(t)
-    q = ph * m  # Phi(-|t|) <= 1/2: 1 - q does not cancel
-    g = q if t < D(0.0) else D(1.0) - q
-    r = numba.float64(x) * g
-    # Beyond the clamp |x| Phi(t) < 3.4e38 Phi(-20) ~ 1e-50 rounds to -0 (and x = -inf
-    # would give -inf * tiny).
-    r = D(-0.0) if t < D(-GELU32_UMAX) else r
-    return T(r)
-
-
-@kernel
-def _gelu32_dx_value(x, t, ph, m, u):
-    """Phi(t) + t phi(t) as float32: phi (M - u) for t < 0, 1 + phi (u - M) for t >= 0."""
-    T = type(x)
-    D = type(t)
-    r = ph * (m - u) if t < D(0.0) else D(1.0) + ph * (u - m)
-    return T(r)
-
-
-@kernel
-def _gelu32_f(x, t):
-    """x Phi(t) as float32 for a float32 x and t = a x formed exactly in float64."""
-    ph, m, u = _gate32(t)
-    return _gelu32_value(x, t, ph, m)
-
-
-@kernel
-def _gelu32_dx(x, t):
-    ph, m, u = _gate32(t)
-    return _gelu32_dx_value(x, t, ph, m, u)
-
-
-# --------------------------------------------------------------------------- native
-# |a x| <= GELU32N_UMAX (float32) or GELU64N_UMAX (float64), the bulk of any input, in the
-# working precision (float32: 2.1x faster than the float64 form above, which takes the
-# tail; float64: 2x faster than the double-word form, which takes the tail): the exponent
-# -t^2/2 = y + f with y exact and f from an fma, r = 1/(u + 2) with both roundings (u +
-# 2's and the division's) known exactly as res, and the two corrections applied once, to
-# first order, as (1 + res + f). The product is ordered so that H0 + hl is never rounded,
-# and r exp(y) is rounded once (mul_exp: s (1 + p) 2^k with one fma; r times exp's result
-# rounded twice, and gelu_a reached 4.01 ulp at a = 0.001, x = -12158.9). Worst error of
-# the value, every float32 with |x| <= 12.5: 3.30 ulp (gelu; gelu_a <= 3.24 at a = 0.001,
-# 0.5, 1.702, 3, 1000, every fourth float32), against 0.5 (float32) and 2.4 (float64) for
-# the tail forms: the accuracy spent for the speed of issue #22.
-@kernel
-def _mills_n(u, u_lo):
-    """(r, hl, res): M(w)/sqrt(2 pi) = r (1 + res) (H0 + hl) for w = u + u_lo >= 0 (to
-    O(eps^2)); u_lo: the low part of |a x| (-0.0 for GELU, which folds away). With
-    _exponent_n's y and f, Phi(-w) = r exp(y) (H0 + hl)(1 + res + f)."""
-    T = type(u)
-    d = u + T(2.0)
-    # d + ed = w + 2 exactly. d - 2 is exact for every d >= 2 (2 is a multiple of d's
-    # ulp), and u - (d - 2) then by Sterbenz: one form for all u >= 0, where Fast2Sum
-    # ordered by size needed a compare and a select (the same bits over 10^6 points per
-    # dtype, tiny u and u near 2 included; the bulk loops 2 (float64) and 3 (float32)
-    # instructions shorter per vector, 0-3% faster on one core).
-    ed = u - (d - T(2.0))
-    ed = ed + u_lo
-    r = T(1.0) / d
-    res = fma(-d, r, T(1.0)) - ed * r
-    # q = 1 - 4/(w + 2) from the corrected r: its error would cost up to 1 ulp otherwise.
-    q = fma(-(T(4.0) * r), res, fma(T(-4.0), r, T(1.0)))
-    if is_f32(u):
-        return r, fma(q, horner(q, GELU_H32), T(H32_C0_LO)), res
-    # float64 as H0 + q (h1 + q (h2 + q (E(q^2) + q O(q^2)))): two chains of 12 instead of
-    # one of 26, which bounded the loop by its latency; the Horner steps kept last keep its
-    # rounding.
-    q2 = q * q
-    h = fma(q, horner(q2, GELU_H64_O), horner(q2, GELU_H64_E))
-    h = fma(q, fma(q, h, T(H64_2)), T(H64_1))
-    return r, fma(q, h, T(H64_C0_LO)), res
-
-
-@kernel
-def _h0(x):
-    T = type(x)
-    return T(H32_C0_HI) if is_f32(x) else T(H64_C0_HI)
-
-
-@kernel
-def _exponent_n(t_hi, t_lo):
-    """(y, f): -(t_hi + t_lo)^2 / 2 = y + f, y = -t_hi^2/2 rounded once."""
-    T = type(t_hi)
-    # -t_hi/2 is exact, so y and the fma's exact remainder f come with one multiply fewer
-    # than squaring and halving both (the same bits; the loops are bound by multiplies).
-    h = T(-0.5) * t_hi
-    y = t_hi * h
-    f = fma(t_hi, h, -y)
-    return y, (f if t_lo == T(0.0) else f - t_hi * t_lo)  # folded away for GELU's 0
-
-
-@kernel
-def _gelu_n_value(x, a, hl, c):
-    """x Phi(t) for t = a x, a >= 0: Phi(-|t|) = a (H0 + hl)(1 + c) with a = r exp(y), and
-    Phi(t) = 1 - Phi(-|t|) for x >= 0."""
-    T = type(x)
-    h0 = _h0(x)
-    hc = fma(h0 + hl, c, hl)
-    q = fma(a, h0, a * hc)
-    return x * (q if x < T(0.0) else T(1.0) - q)
-
-
-@kernel
-def _gelu_n_dx_value(x, u, r, hl, res, f, ex):
-    """Phi(t) + t phi(t) for t = a x, a >= 0: phi(u) (M(u) - u) for x < 0, 1 - phi(u) (M(u)
-    - u) for x >= 0 (u = |t|'s high part, phi M = ex G with G = M/sqrt(2 pi))."""
-    T = type(x)
-    g = r * (_h0(x) + hl)
-    g = fma(g, res, g)
-    v = fma(ex, f, ex) * (g - u * T(INV_SQRT_2PI))
-    return v if x < T(0.0) else T(1.0) - v
-
-
-@kernel
-def _native(t_hi):
-    """|t_hi| within the native form's range (NaN: not)."""
-    T = type(t_hi)
-    return abs(t_hi) <= (T(GELU32N_UMAX) if is_f32(t_hi) else T(GELU64N_UMAX))
-
-
-# The exact kernels branch (a select would compute the tail form on every lane: the
-# ufuncs, whose loops are scalar, ran 1.7x (float32) and 2.2x (float64) slower that way),
-# so they vectorise only where a CPU fast-path block holds tail elements; the bulk below is
-# the native branch alone.
-@kernel
-def _gelu_n(x, u, u_lo):
-    """x Phi(a x), the native form; u + u_lo = |a x| (a >= 0)."""
-    r, hl, res = _mills_n(u, u_lo)
-    y, f = _exponent_n(u, u_lo)
-    return _gelu_n_value(x, mul_exp(r, y), hl, res + f)
-
-
-@kernel
-def _gelu_n_dx(x, u, u_lo):
-    r, hl, res = _mills_n(u, u_lo)
-    y, f = _exponent_n(u, u_lo)
-    return _gelu_n_dx_value(x, u, r, hl, res, f, math.exp(y))
-
-
-# The CPU's bulk: _native holds for every element (exp_normal: exp's bits there). The
-# forward's bulk is _gelu_n itself (mul_exp has no range handling to leave out).
-@kernel
-def _gelu_n_dx_bulk(x, u, u_lo):
-    r, hl, res = _mills_n(u, u_lo)
-    y, f = _exponent_n(u, u_lo)
-    return _gelu_n_dx_value(x, u, r, hl, res, f, exp_normal(y))
-
-
-@kernel
-def _axn_bulk(x, a):
-    """(u, u_lo): |a x| = a |x| = u + u_lo, exactly (the fma's error term is exact wherever
-    it matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it), for
-    finite a x (the bulk). From |x| the low part needs no sign select, as a x's did
-    (gelu_a forward and backward 1-5% faster on one znver4 core); the native form takes
-    the side from x's sign, the same bits but at t = 0 with x < 0 (a = 0 or a |x|
-    underflowing), where Phi(0) is now q, not 1 - q (both within an ulp of 1/2)."""
-    w = abs(x)
-    u = a * w
-    return u, fma(a, w, -u)
-
-
-@kernel
-def _axn(x, a):
-    """_axn_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
-    NaN there; these selects left out of the bulk loops: gelu_a float64's forward 116 ->
-    104 instructions per vector)."""
-    T = type(x)
-    u, u_lo = _axn_bulk(x, a)
-    z = a == T(0.0) and math.isinf(x)
-    return (T(0.0) if z else u), (T(0.0) if z else u_lo)
-
-
-@kernel
-def _ax32(x, a):
-    """a x in float64 (exact for float32 a and x); a = 0 gives 0 even at x = +-inf."""
-    T = type(x)
-    t = numba.float64(a) * numba.float64(x)
-    D = type(t)
-    return D(0.0) if (a == T(0.0) and math.isinf(x)) else t
-
-
-@kernel
-def _gelu32_da(x, a):
-    """x^2 phi(a x) as float32, in float64 (the exponent's rounding costs 2^-53 |t^2/2|)."""
-    T = type(x)
-    t = _ax32(x, a)
-    D = type(t)
-    xd = numba.float64(x)
-    ph = math.exp(D(-0.5) * (t * t) - D(LN_64H))
-    r = (xd * ph) * xd
-    return T(D(0.0) if ph == D(0.0) else r)  # |x| = inf with a > 0: the limit 0
 
 
 # --------------------------------------------------------------------------- GELU
 @kernel
 def gelu_f(x):
     T = type(x)
-    if _native(x):
-        return _gelu_n(x, abs(x), T(-0.0))
+    if in_native_range(x):
+        return gelu_native(x, abs(x), T(-0.0))
     if is_f32(x):
-        return _gelu32_f(x, numba.float64(x))
-    return _gelu_core(x, x, T(0.0))
+        return gelu32_f(x, numba.float64(x))
+    return gelu_core(x, x, T(0.0))
 
 
 @kernel
 def gelu_dx(x):
     T = type(x)
-    if _native(x):
-        return _gelu_n_dx(x, abs(x), T(-0.0))
+    if in_native_range(x):
+        return gelu_native_dx(x, abs(x), T(-0.0))
     if is_f32(x):
-        return _gelu32_dx(x, numba.float64(x))
-    return _gelu_dx_core(x, T(0.0))
+        return gelu32_dx(x, numba.float64(x))
+    return gelu_dx_core(x, T(0.0))
 
 
 # The bulk: |x| within the native form's range, which alone runs there (the same bits as
 # the kernels above: see define's bulk).
 @kernel
 def _gelu_bulk_domain(x):
-    return _native(x)
+    return in_native_range(x)
 
 
 @kernel
 def gelu_f_bulk(x):
     T = type(x)
-    return _gelu_n(x, abs(x), T(-0.0))
+    return gelu_native(x, abs(x), T(-0.0))
 
 
 @kernel
 def gelu_dx_bulk(x):
     T = type(x)
-    return _gelu_n_dx_bulk(x, abs(x), T(-0.0))
+    return gelu_native_dx_bulk(x, abs(x), T(-0.0))
 
 
 # --------------------------------------------------------------------------- GELU_a
 @kernel
-def _ax(x, a):
+def _ax_dw(x, a):
     """a*x as an exact dw pair; a = 0 gives 0 even at x = +-inf (the gate is then 1/2)."""
     T = type(x)
     t_hi, t_lo = two_prod(a, x)  # exact below 1e290 (t_lo is 0 beyond)
@@ -486,43 +74,43 @@ def _ax(x, a):
 
 @kernel
 def gelu_a_f(x, a):
-    u, u_lo = _axn(x, a)
-    if _native(u):
-        return _gelu_n(x, u, u_lo)
+    u, u_lo = abs_ax(x, a)
+    if in_native_range(u):
+        return gelu_native(x, u, u_lo)
     if is_f32(x):
-        return _gelu32_f(x, _ax32(x, a))
-    t_hi, t_lo = _ax(x, a)
-    return _gelu_core(x, t_hi, t_lo)
+        return gelu32_f(x, ax_in_float64(x, a))
+    t_hi, t_lo = _ax_dw(x, a)
+    return gelu_core(x, t_hi, t_lo)
 
 
 @kernel
 def gelu_a_dx(x, a):
-    u, u_lo = _axn(x, a)
-    if _native(u):
-        return _gelu_n_dx(x, u, u_lo)
+    u, u_lo = abs_ax(x, a)
+    if in_native_range(u):
+        return gelu_native_dx(x, u, u_lo)
     if is_f32(x):
-        return _gelu32_dx(x, _ax32(x, a))
-    t_hi, t_lo = _ax(x, a)
-    return _gelu_dx_core(t_hi, t_lo)
+        return gelu32_dx(x, ax_in_float64(x, a))
+    t_hi, t_lo = _ax_dw(x, a)
+    return gelu_dx_core(t_hi, t_lo)
 
 
-# The bulk of GELU_a: a x (rounded: |a x| is _axn's u) within the native range (a = 0 at
+# The bulk of GELU_a: a x (rounded: |a x| is abs_ax's u) within the native range (a = 0 at
 # x = +-inf gives NaN here: not bulk), as for GELU.
 @kernel
 def _gelu_a_bulk_domain(x, a):
-    return _native(a * x)
+    return in_native_range(a * x)
 
 
 @kernel
 def gelu_a_f_bulk(x, a):
-    u, u_lo = _axn_bulk(x, a)
-    return _gelu_n(x, u, u_lo)
+    u, u_lo = abs_ax_bulk(x, a)
+    return gelu_native(x, u, u_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
-    u, u_lo = _axn_bulk(x, a)
-    return _gelu_n_dx_bulk(x, u, u_lo)
+    u, u_lo = abs_ax_bulk(x, a)
+    return gelu_native_dx_bulk(x, u, u_lo)
 
 
 @kernel
@@ -543,9 +131,9 @@ def _shift_ln2(x, y, f):
     T = type(x)
     d1 = y < T(-700.0)
     d2 = y < T(-1409.0)
-    k_hi = T(_K2048_HI) if d2 else (T(_K1024_HI) if d1 else T(0.0))
-    k_lo = T(_K2048_LO) if d2 else (T(_K1024_LO) if d1 else T(0.0))
-    y2, g = _two_sum(y, k_hi)
+    k_hi = T(K2048_HI) if d2 else (T(K1024_HI) if d1 else T(0.0))
+    k_lo = T(K2048_LO) if d2 else (T(K1024_LO) if d1 else T(0.0))
+    y2, g = two_sum(y, k_hi)
     s1 = T(_TWO_M512) if d1 else T(1.0)
     s2 = T(_TWO_M512) if d2 else T(1.0)
     return (x * s1) * s2, y2, f + (g + k_lo)
@@ -555,9 +143,9 @@ def _shift_ln2(x, y, f):
 def gelu_a_da(x, a):
     T = type(x)
     if is_f32(x):
-        return _gelu32_da(x, a)
-    t_hi, t_lo = _ax(x, a)
-    under, y, f = _npdf_exponent(t_hi, t_lo)
+        return gelu32_da(x, a)
+    t_hi, t_lo = _ax_dw(x, a)
+    under, y, f = npdf_exponent(t_hi, t_lo)
     # x^2 phi can be a normal number where phi is subnormal or zero (|a x| > 37.5 and
     # |x| large: x^2 times the subnormal phi was 24,011 ulp off, and 0 below e^-745):
     # x^2 e^y = (x 2^-512j)^2 e^(y + 1024j ln2), j = 0, 1, 2 (y >= -2049 for |t| <= 64)
@@ -567,135 +155,6 @@ def gelu_a_da(x, a):
     m = exp_dw(y, f)
     r = (x * m) * x  # x^2 alone may overflow where x^2 phi does not
     return T(0.0) if under else r  # |x| = inf with a > 0: the limit 0
-
-
-# --------------------------------------------------------------------------- GELU tanh
-@kernel
-def _tanh_arg(x):
-    """2u = k1 x + k3 x^3 (u = sqrt(2/pi)(x + 0.044715 x^3)) as an unnormalised dw pair."""
-    T = type(x)
-    if is_f32(x):
-        k1h = T(K1_32H)
-        k1l = T(K1_32L)
-        k3h = T(K3_32H)
-        k3l = T(K3_32L)
-    else:
-        k1h = T(K1_64H)
-        k1l = T(K1_64L)
-        k3h = T(K3_64H)
-        k3l = T(K3_64L)
-    p2, e2 = two_prod(x, x)
-    p3, e3 = two_prod(p2, x)
-    e3 = e3 + e2 * x
-    q, f = two_prod(p3, k3h)
-    f = f + (p3 * k3l + e3 * k3h)
-    r, g = two_prod(x, k1h)
-    g = g + x * k1l
-    s, h = _two_sum(q, r)
-    return s, h + (f + g)
-
-
-@kernel
-def _gate_of(s, m):
-    """(sigmoid(2u), m, r = 1/(1 + m)) from m = exp(-|2u|) (2u ~ s): sigmoid(1 - sigmoid) =
-    m r^2."""
-    T = type(s)
-    r = T(1.0) / (T(1.0) + m)
-    return (m * r if s < T(0.0) else r), m, r
-
-
-@kernel
-def _gelu_tanh_value(x, s, m):
-    """x sigmoid(2u) from m = exp(-|2u|) (2u ~ s): x r for s >= 0, r = 1/(1 + m); for s < 0
-    in float32 x m - (x m) t with t = m r = m/(1 + m), one fma, so that only m's rounding
-    and the fma's reach the value (x (m r), rounded three times and 1 + m once, reached
-    4.14 ulp at x = -1.832; m/(1 + m) still 4.10 at x = -3.887)."""
-    T = type(x)
-    r = T(1.0) / (T(1.0) + m)
-    if not is_f32(x):  # float64 keeps x (m r): 1.72 ulp at worst, and 14% faster
-        return x * (m * r if s < T(0.0) else r)
-    # Below m = 2^-30 the correction is under 2^-30 of x m, and x m t would go subnormal
-    # (from x ~ -6.3: a microcode assist per lane, 1.5x the time on N(0, 9) data).
-    t = m * r if m > T(9.313225746154785e-10) else T(0.0)
-    v = fma(x, m, -((x * m) * t))
-    return v if s < T(0.0) else x * r
-
-
-@kernel
-def _d2u(x):
-    """d(2u)/dx = k1 + 3 k3 x^2."""
-    T = type(x)
-    return T(K1_64H) + T(THREE_K3) * (x * x)
-
-
-@kernel
-def _tanh_gate(x):
-    """(s, m, sc): 2u ~ s, m = exp(-|2u|), the gate sigmoid(2u) sc (exp_scaled: where
-    exp(2u) nears the subnormal range, 2u < -80 float32 / -700 float64, m is kept 2^64
-    larger and the value scaled back last, so it is rounded once: x times a subnormal gate
-    was 20 ulp off in float64, the derivative 1,072, measured in subnormal spacings across
-    the underflow; sc = 1 for x > 0)."""
-    T = type(x)
-    s, h = _tanh_arg(x)
-    h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
-    neg = s < T(0.0)
-    m, sc = exp_scaled(-abs(s), h if neg else -h)
-    # (x > 0: the gate is 1/(1 + m) = 1 in the tail, where only the true m may enter)
-    m = m if neg else m * sc
-    sc = sc if neg else T(1.0)
-    return s, m, sc
-
-
-@kernel
-def gelu_tanh_f(x):
-    T = type(x)
-    s, m, sc = _tanh_gate(x)
-    if m == T(0.0) and s < T(0.0):  # x = -inf: limit 0, not -inf*0
-        return T(-0.0)
-    return _gelu_tanh_value(x, s, m) * sc
-
-
-@kernel
-def gelu_tanh_dx(x):
-    T = type(x)
-    s, m, sc = _tanh_gate(x)
-    sig, m, r = _gate_of(s, m)
-    q = m * r * r
-    if q == T(0.0):  # |x| = inf (or the gate saturated): the second term is 0
-        return sig * sc
-    return (sig + (x * _d2u(x)) * q) * sc
-
-
-# The bulk (|x| <= 21 float64, 9.6 float32: |2u| <= 694 / 79, short of exp_scaled's tail,
-# so exp(-|2u|) is normal and the guards above are off): exp_normal instead of exp, the
-# same bits (see define's bulk).
-# One znver4 core, float64 forward 2.48 -> 1.90 ns/el, backward 2.62 -> 2.29 (taking the
-# exact kernels' guards along cost 5-8%, so only _gate_of and _d2u are shared).
-@kernel
-def _gelu_tanh_bulk_domain(x):
-    T = type(x)
-    return abs(x) <= (T(9.6) if is_f32(x) else T(21.0))
-
-
-@kernel
-def _tanh_gate_bulk(x):
-    T = type(x)
-    s, h = _tanh_arg(x)
-    m = exp_normal(-abs(s))
-    return s, (m + m * h if s < T(0.0) else m - m * h)
-
-
-@kernel
-def gelu_tanh_f_bulk(x):
-    s, m = _tanh_gate_bulk(x)
-    return _gelu_tanh_value(x, s, m)
-
-
-@kernel
-def gelu_tanh_dx_bulk(x):
-    s, m = _tanh_gate_bulk(x)
-    sig, m, r = _gate_of(s, m)
-    return sig + (x * _d2u(x)) * (m * r * r)
 
 
 # --------------------------------------------------------------------------- references
@@ -735,52 +194,6 @@ def _ref_gelu_a_da(mp, x, a):
     if mp.isinf(x):
         return mp.inf if a == 0 else mp.zero
     return x * x * _npdf(mp, a * x)
-
-
-_TANH_C = "0.044715"
-
-
-def _ref_2u(mp, x):
-    return 2 * mp.sqrt(2 / mp.pi) * (x + mp.mpf(_TANH_C) * x**3)
-
-
-def _ref_sig(mp, y):
-    if y < 0:
-        e = mp.exp(y)
-        return e / (1 + e)
-    return 1 / (1 + mp.exp(-y))
-
-
-def _ref_sig_prime(mp, y):
-    # sigmoid(1 - sigmoid) = e/(1+e)^2 with e = exp(-|y|): no 1 - s cancellation.
-    e = mp.exp(-abs(y))
-    return e / (1 + e) ** 2
-
-
-def _ref_gelu_tanh(mp, x):
-    if mp.isinf(x):
-        return x if x > 0 else mp.zero
-    return x * _ref_sig(mp, _ref_2u(mp, x))
-
-
-def _ref_gelu_tanh_terms(mp, x):
-    y = _ref_2u(mp, x)
-    dy = 2 * mp.sqrt(2 / mp.pi) * (1 + 3 * mp.mpf(_TANH_C) * x * x)
-    return _ref_sig(mp, y), x * dy * _ref_sig_prime(mp, y)
-
-
-def _ref_gelu_tanh_dx(mp, x):
-    if mp.isinf(x):
-        return mp.one if x > 0 else mp.zero
-    a, b = _ref_gelu_tanh_terms(mp, x)
-    return a + b
-
-
-def _ref_gelu_tanh_scale(mp, x):
-    if mp.isinf(x):
-        return _ref_gelu_tanh_dx(mp, x)
-    a, b = _ref_gelu_tanh_terms(mp, x)
-    return max(abs(a), abs(b))
 
 
 _TAIL_NOTE = (
@@ -862,41 +275,5 @@ define(
     example=(
         ">>> iglu_np.gelu_a(np.array([-1.0, 0.0, 1.0]), a=2.0).round(6)\n"
         "array([-0.02275,  0.     ,  0.97725])"
-    ),
-)
-
-define(
-    "gelu_tanh",
-    paper_table=True,
-    summary="GELU with PyTorch's tanh approximation of the gate (approximate='tanh').",
-    formula=(
-        r"f(x) = \frac{x}{2}\left(1 + \tanh u\right) = x\,\sigma(2u),\quad "
-        r"u = \sqrt{2/\pi}\,(x + 0.044715\,x^3)"
-    ),
-    derivative_formula=(
-        r"\frac{df}{dx} = \sigma(2u) + 2x\,u'\,\sigma(2u)\bigl(1-\sigma(2u)\bigr),\quad "
-        r"u' = \sqrt{2/\pi}\,(1 + 3\cdot 0.044715\,x^2)"
-    ),
-    f=gelu_tanh_f,
-    dx=gelu_tanh_dx,
-    bulk={"f": gelu_tanh_f_bulk, "dx": gelu_tanh_dx_bulk},
-    bulk_domain=_gelu_tanh_bulk_domain,
-    ref=_ref_gelu_tanh,
-    ref_dx=_ref_gelu_tanh_dx,
-    scales={"dx": _ref_gelu_tanh_scale},
-    special_points=(GELU_TANH_DX_ROOT,),
-    notes=(
-        "Computed as x*sigmoid(2u): (1 + tanh u)/2 cancels to nothing for x << 0, where the "
-        "gate is ~exp(2u) with 2u ~ -0.0714 x^3. exp has condition |2u| (up to ~745), so 2u "
-        "is formed as a double-word pair (exact x^3, hi+lo constants 2 sqrt(2/pi) and "
-        "2 sqrt(2/pi) 0.044715) and exp(2u) corrected by (1 + lo). sigma(1 - sigma) in the "
-        "derivative is m/(1+m)^2 with m = exp(-|2u|). The constants are the exact decimal "
-        "0.044715 and sqrt(2/pi) (PyTorch rounds them to the tensor dtype). The derivative "
-        "crosses zero at x = -0.75246142207...; limits 0 at -inf, x at +inf."
-    ),
-    references=(_HG, "PyTorch torch.nn.GELU(approximate='tanh')"),
-    example=(
-        ">>> iglu_np.gelu_tanh(np.array([-1.0, 0.0, 1.0])).round(6)\n"
-        "array([-0.158808,  0.      ,  0.841192])"
     ),
 )
