@@ -7,8 +7,8 @@ x = -19 in float64). So phi is evaluated from an exactly split x^2 (double-word 
 exp(y + e) = exp(y)(1 + e)), and Phi(-|t|) = phi(t) M(|t|) with M the Mills ratio, a smooth
 function fitted by polynomials (iglu_np/_coefficients.py). For |a x| <= 12.5 (float32) or
 18 (float64), the bulk of any input, one polynomial in q = (u - 2)/(u + 2) does it in the
-working precision with first-order corrections, faster than the double-word/float64-internal
-forms, which keep the tails. No libm erfc, so CPU and GPU agree.
+working precision with first-order corrections, faster than the double-word and
+float64-internal forms, which keep the tails. No libm erfc, so CPU and GPU agree.
 """
 import math
 
@@ -48,7 +48,7 @@ GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = padded(
 # computed with safe arguments (clamped, so no discarded lane needs inf or NaN it would not
 # otherwise meet) and the result picked, so LLVM if-converts the element loops into SIMD
 # code (a branch around a polynomial or exp keeps them scalar). The chosen case computes
-# exactly what the branch did.
+# exactly what a branch would.
 @kernel
 def npdf_exponent(t_hi, t_lo):
     """(under, y, f): phi(t_hi + t_lo) = exp(y + f) with y + f = -t^2/2 - log sqrt(2 pi)
@@ -124,7 +124,8 @@ def _npdf_shifted(t_hi, t_lo):
     ph = phi 2^1024 = e^(y + 1024 ln2) and sc = 2^-512, else ph = phi and sc = 1. A value
     phi times a factor is then rounded once, when scaled back last: |t| phi (GELU's
     derivative) and (x/|t|) phi S (GELU_a's value, x/|t| = 1/a) are normal where phi is
-    not, and rounding phi into the subnormal range first had cost 28 and 849 ulp."""
+    not, and rounding phi into the subnormal range first would cost tens to hundreds of
+    ulp."""
     T = type(t_hi)
     under, y, f = npdf_exponent(t_hi, t_lo)
     d = t_hi < T(0.0) and y < T(-700.0)
@@ -234,16 +235,17 @@ def gelu32_dx(x, t):
 
 # --------------------------------------------------------------------------- native
 # |a x| <= GELU32N_UMAX (float32) or GELU64N_UMAX (float64), the bulk of any input, in the
-# working precision (float32: 2.1x faster than the float64 form above, which takes the
-# tail; float64: 2x faster than the double-word form, which takes the tail): the exponent
-# -t^2/2 = y + f with y exact and f from an fma, r = 1/(u + 2) with both roundings (u +
-# 2's and the division's) known exactly as res, and the two corrections applied once, to
-# first order, as (1 + res + f). The product is ordered so that H0 + hl is never rounded,
-# and r exp(y) is rounded once (mul_exp: s (1 + p) 2^k with one fma; r times exp's result
-# rounded twice, and gelu_a reached 4.01 ulp at a = 0.001, x = -12158.9). Worst error of
-# the value, every float32 with |x| <= 12.5: 3.30 ulp (gelu; gelu_a <= 3.24 at a = 0.001,
-# 0.5, 1.702, 3, 1000, every fourth float32), against 0.5 (float32) and 2.4 (float64) for
-# the tail forms: the accuracy spent for the speed of issue #22.
+# working precision, about twice as fast as the float64 (float32) and double-word (float64)
+# forms above, which take the tails: the exponent -t^2/2 = y + f with y exact and f from an
+# fma, r = 1/(u + 2) with both roundings (u + 2's and the division's) known exactly as res,
+# and the two corrections applied once, to first order, as (1 + res + f). The product is
+# ordered so that H0 + hl is never rounded, and r exp(y) is rounded once (mul_exp:
+# s (1 + p) 2^k with one fma; rounding exp's result before the product takes gelu_a past
+# 4 ulp in the far tail). The price is accuracy: the native form uses most of the 4 ulp
+# forward bound, the tail forms much less (tests/test_accuracy.py sweeps every float32 of
+# the range; python -m tests.accuracy prints the table). N(0, 9) data never leave the
+# range; the CPU fast path runs the tail forms for the elements beyond it alone, and a
+# block with many of them runs the exact kernels throughout.
 @kernel
 def _mills_n(u, u_lo):
     """(r, hl, res): M(w)/sqrt(2 pi) = r (1 + res) (H0 + hl) for w = u + u_lo >= 0 (to
@@ -252,10 +254,8 @@ def _mills_n(u, u_lo):
     T = type(u)
     d = u + T(2.0)
     # d + ed = w + 2 exactly. d - 2 is exact for every d >= 2 (2 is a multiple of d's
-    # ulp), and u - (d - 2) then by Sterbenz: one form for all u >= 0, where Fast2Sum
-    # ordered by size needed a compare and a select (the same bits over 10^6 points per
-    # dtype, tiny u and u near 2 included; the bulk loops 2 (float64) and 3 (float32)
-    # instructions shorter per vector, 0-3% faster on one core).
+    # ulp), and u - (d - 2) then by Sterbenz: one form for all u >= 0, with no compare and
+    # select as Fast2Sum ordered by size would need (the same bits).
     ed = u - (d - T(2.0))
     ed = ed + u_lo
     r = T(1.0) / d
@@ -320,10 +320,9 @@ def in_native_range(t_hi):
     return abs(t_hi) <= (T(GELU32N_UMAX) if is_f32(t_hi) else T(GELU64N_UMAX))
 
 
-# The exact kernels branch (a select would compute the tail form on every lane: the
-# ufuncs, whose loops are scalar, ran 1.7x (float32) and 2.2x (float64) slower that way),
-# so they vectorise only where a CPU fast-path block holds tail elements; the bulk below is
-# the native branch alone.
+# The exact kernels branch: a select would compute the tail form on every lane, about
+# twice the time of the ufuncs, whose loops are scalar anyway. So they vectorise only where
+# a CPU fast-path block holds tail elements; the bulk below is the native branch alone.
 @kernel
 def gelu_native(x, u, u_lo):
     """x Phi(a x), the native form; u + u_lo = |a x| (a >= 0)."""
@@ -352,10 +351,9 @@ def gelu_native_dx_bulk(x, u, u_lo):
 def abs_ax_bulk(x, a):
     """(u, u_lo): |a x| = a |x| = u + u_lo, exactly (the fma's error term is exact wherever
     it matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it), for
-    finite a x (the bulk). From |x| the low part needs no sign select, as a x's did
-    (gelu_a forward and backward 1-5% faster on one znver4 core); the native form takes
-    the side from x's sign, the same bits but at t = 0 with x < 0 (a = 0 or a |x|
-    underflowing), where Phi(0) is now q, not 1 - q (both within an ulp of 1/2)."""
+    finite a x (the bulk). From |x| the low part needs no sign select, as a x's would;
+    the native form takes the side from x's sign, so at t = 0 with x < 0 (a = 0 or a |x|
+    underflowing) Phi(0) is q, not 1 - q (both within an ulp of 1/2)."""
     w = abs(x)
     u = a * w
     return u, fma(a, w, -u)
@@ -364,8 +362,7 @@ def abs_ax_bulk(x, a):
 @kernel
 def abs_ax(x, a):
     """abs_ax_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
-    NaN there; these selects left out of the bulk loops: gelu_a float64's forward 116 ->
-    104 instructions per vector)."""
+    NaN there, so the bulk loops go without these selects)."""
     T = type(x)
     u, u_lo = abs_ax_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)

@@ -44,8 +44,8 @@ def elu_dx(x, alpha):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    # alpha e^x as (a m) sc: rounded once where e^x is subnormal and alpha large (alpha =
-    # 1000: e^x rounded first, then multiplied, was 499 subnormal steps off).
+    # alpha e^x as (a m) sc: rounded once where e^x is subnormal and alpha large (e^x
+    # rounded first, then multiplied by alpha = 1000, is hundreds of subnormal steps off).
     a, m, sc = exp_scaled_times(x, alpha)
     return (a * m) * sc
 
@@ -61,10 +61,8 @@ def elu_dalpha(x, alpha):
 # The bulk of ELU (x >= -700 float64, -80 float32: short of exp_scaled's tail, which
 # elu_dx takes) and SELU (x >= -708 / -87: exp normal): exp and expm1 of the non-positive
 # side without range handling (the exact kernels, vectorised, clamp and scale twice for
-# every lane, the positive ones included); the same bits (see define's bulk). One znver4
-# core, forward/backward ns/el: elu float64 1.14-1.18/1.11-1.15 -> 0.97/1.01, float32
-# 0.54/0.52 -> 0.44/0.46; selu float64 1.69-1.75/1.45-1.48 -> 1.30/1.32, float32
-# 0.78/0.66 -> 0.60/0.62.
+# every lane, the positive ones included); the same bits (see define's bulk), in less
+# time (tools/ab_speed.py times the loops).
 @kernel
 def _elu_bulk_domain(x, alpha):
     T = type(x)
@@ -112,9 +110,9 @@ def _dw_scale(a):
 def _div_dw(x, a):
     """x/a as a dw pair (q, ql): the remainder x - q a is exact (Dekker product, and
     x - p is exact because p is within an ulp or two of x). It is formed from x c and a c
-    (_dw_scale, exact): q a beyond two_prod's range lost q's low part (float64 x = -1e296,
-    alpha = 1.5e293: celu dx 243 ulp), or rounded to -inf (float32 x = -max, alpha = 2e11:
-    NaN), and below the normal range its error term was inexact (x, alpha both
+    (_dw_scale, exact): q a beyond two_prod's range would lose q's low part (float64
+    x = -1e296, alpha = 1.5e293) or round to -inf (float32 x = -max, alpha = 2e11: NaN),
+    and below the normal range its error term would be inexact (x, alpha both
     subnormal). Where |q| >= 2^-30 the scaled x c and q (a c) stay normal and in range."""
     T = type(x)
     q = x / a
@@ -131,8 +129,8 @@ def celu_f(x, alpha):
     T = type(x)
     q, ql = _div_dw(x, alpha)
     m = math.expm1(neg_side(q))  # (x > 0 unused: no overflow, which the CUDA simulator raises)
-    # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: alpha = 1e20, x = -1e-20
-    # (float32) made q subnormal and alpha q was 66 ulp off, or 0 below.
+    # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: where q is subnormal
+    # (float32 alpha = 1e20, x = -1e-20) alpha q would be tens of ulp off, or 0 below.
     tiny = fma(x, T(0.5) * q, x)
     # expm1(q + ql) = m + e^q ql: q's rounding would cost up to 1/2 ulp near q = 0.
     # -alpha where m = -1, also at x = -inf, where the correction would be 0 * inf.

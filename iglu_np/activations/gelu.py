@@ -147,7 +147,8 @@ def gelu_a_da(x, a):
     t_hi, t_lo = _ax_dw(x, a)
     under, y, f = npdf_exponent(t_hi, t_lo)
     # x^2 phi can be a normal number where phi is subnormal or zero (|a x| > 37.5 and
-    # |x| large: x^2 times the subnormal phi was 24,011 ulp off, and 0 below e^-745):
+    # |x| large: x^2 times a subnormal phi would carry phi's absolute rounding error, and
+    # give 0 below e^-745):
     # x^2 e^y = (x 2^-512j)^2 e^(y + 1024j ln2), j = 0, 1, 2 (y >= -2049 for |t| <= 64)
     # so that the exponent is >= -700. x 2^-512 is exact wherever the result
     # is not zero, and (x m) x rounds once into the subnormal range.
@@ -201,7 +202,7 @@ _TAIL_NOTE = (
     "Phi(t) = 1 - Phi(-t) for t >= 0, with t^2 split exactly in phi's exponent (rounding "
     "it alone would cost ~t^2/2 ulp in the x << 0 tail). For |t| <= 12.5 (float32) or 18 "
     "(float64) M(u)/sqrt(2 pi) = H(q)/(u + 2), q = (u - 2)/(u + 2), one polynomial in the "
-    "working precision (<= 3.3 ulp measured); beyond, float32 computes in float64 and "
+    "working precision; beyond, float32 computes in float64 and "
     "float64 with double-word steps and piecewise polynomials, so the tail stays within a "
     "few ulp down to underflow. No libm erfc: CPU and GPU give the same tail. "
     "Limits: 0 at -inf, x at +inf; NaN propagates."

@@ -57,14 +57,14 @@ def _gate_of(s, m):
 def _gelu_tanh_value(x, s, m):
     """x sigmoid(2u) from m = exp(-|2u|) (2u ~ s): x r for s >= 0, r = 1/(1 + m); for s < 0
     in float32 x m - (x m) t with t = m r = m/(1 + m), one fma, so that only m's rounding
-    and the fma's reach the value (x (m r), rounded three times and 1 + m once, reached
-    4.14 ulp at x = -1.832; m/(1 + m) still 4.10 at x = -3.887)."""
+    and the fma's reach the value (x (m r), rounded three times and 1 + m once, and
+    x m/(1 + m) both exceed the 4 ulp bound at some float32 x in [-4, -1])."""
     T = type(x)
     r = T(1.0) / (T(1.0) + m)
-    if not is_f32(x):  # float64 keeps x (m r): 1.72 ulp at worst, and 14% faster
+    if not is_f32(x):  # float64 keeps x (m r): well within the bound, and faster
         return x * (m * r if s < T(0.0) else r)
     # Below m = 2^-30 the correction is under 2^-30 of x m, and x m t would go subnormal
-    # (from x ~ -6.3: a microcode assist per lane, 1.5x the time on N(0, 9) data).
+    # (from x ~ -6.3), costing a microcode assist per lane.
     t = m * r if m > T(9.313225746154785e-10) else T(0.0)
     v = fma(x, m, -((x * m) * t))
     return v if s < T(0.0) else x * r
@@ -81,9 +81,9 @@ def _d2u(x):
 def _tanh_gate(x):
     """(s, m, sc): 2u ~ s, m = exp(-|2u|), the gate sigmoid(2u) sc (exp_scaled: where
     exp(2u) nears the subnormal range, 2u < -80 float32 / -700 float64, m is kept 2^64
-    larger and the value scaled back last, so it is rounded once: x times a subnormal gate
-    was 20 ulp off in float64, the derivative 1,072, measured in subnormal spacings across
-    the underflow; sc = 1 for x > 0)."""
+    larger and the value scaled back last, so it is rounded once: x times a gate already
+    rounded to a subnormal would be tens of subnormal spacings off, the derivative
+    thousands; sc = 1 for x > 0)."""
     T = type(x)
     s, h = _tanh_arg(x)
     h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
@@ -117,9 +117,8 @@ def gelu_tanh_dx(x):
 
 # The bulk (|x| <= 21 float64, 9.6 float32: |2u| <= 694 / 79, short of exp_scaled's tail,
 # so exp(-|2u|) is normal and the guards above are off): exp_normal instead of exp, the
-# same bits (see define's bulk).
-# One znver4 core, float64 forward 2.48 -> 1.90 ns/el, backward 2.62 -> 2.29 (taking the
-# exact kernels' guards along cost 5-8%, so only _gate_of and _d2u are shared).
+# same bits (see define's bulk). Only _gate_of and _d2u are shared with the exact kernels:
+# taking their guards along slows the bulk loops (tools/ab_speed.py times them).
 @kernel
 def _gelu_tanh_bulk_domain(x):
     T = type(x)

@@ -36,7 +36,7 @@ A64_0, A64_1 = IGLU_A64[0], IGLU_A64[1]
 D64_0, D64_1 = IGLU_D64[0], IGLU_D64[1]
 
 
-# 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as the division did
+# 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as a division would
 # (within 2^-24 ulp of it), at the cost of a multiply and an fma instead of a division.
 INV_PI_HI64, INV_PI_LO64 = 0.3183098861837907, -1.9678676675182486e-17
 INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
@@ -46,12 +46,12 @@ INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
 @kernel
 def sigma_scaled(sigma):
     """(sigma c, c) with c = 2^-64 for sigma >= 1, else 1 (a power of two: sigma c is
-    exact). The gate's tail 1/|t|, t = sigma x, is subnormal where t overflows, and came
-    out 0 (z_gate float32, sigma = 1e35, x = -1e5: 0 for 3.2e-41); t' = (sigma c) x
+    exact). The gate's tail 1/|t|, t = sigma x, is subnormal where t overflows, and would
+    come out 0 (z_gate float32, sigma = 1e35, x = -1e5: 0 for 3.2e-41); t' = (sigma c) x
     cannot overflow unless the result underflows, and 1/t = (1/t') c with the same bits
     wherever t' is normal. A function of sigma alone (the loops hoist it): per element one
-    product more (t') and the scaling; selecting t' only where t overflowed cost 3 more
-    (z_gate float32 forward +18% on one core)."""
+    product more (t') and the scaling, cheaper than selecting t' only where t overflowed
+    (three more operations; tools/ab_speed.py times both)."""
     T = type(sigma)
     big = sigma >= T(1.0)
     c = T(_TWO_M64) if big else T(1.0)
@@ -160,12 +160,11 @@ def iglu_f(x, sigma):
 def _iglu_dx_s64(neg, big, u):
     """pi (Z + t/(pi(1+t^2))) - [t >= 0] pi/2 in float64 (see iglu_dx) from D's polynomial
     alone: R(v) = P(v) - 2/(1 + v), as S - D = 2u/(1+u^2). Selecting R's or P's 23
-    coefficients per lane had cost 22 blends per vector, more than this division and the
-    error terms below (tools/ab_speed.py, fused backward on one znver4 core: new/old
-    0.82-1.09, median 0.89, over six processes). Rounding errors of u^3 and of
-    P - 2/(1+u^2) go into a low part, so S - pi/2 (cancelling by up to 4.5x near t = -1)
-    came out more accurate than from R's polynomial: worst 3.98 -> 3.42 ulp over 15,000
-    points with |t| <= 1. float32 keeps the select: its division cost as much."""
+    coefficients per lane costs 22 blends per vector, more than this division and the
+    error terms below (tools/ab_speed.py compares the fused backward). Rounding errors of
+    u^3 and of P - 2/(1+u^2) go into a low part, so S - pi/2 (cancelling by up to 4.5x
+    near t = -1) is more accurate than from R's polynomial (python -m tests.accuracy
+    measures it). float32 keeps the select: there the division costs as much."""
     T = type(u)
     uu = u * u
     u3 = u * uu
@@ -216,7 +215,7 @@ def iglu_dx(x, sigma):
         s = _iglu_dx_s64(neg, big, u)
         ip_hi = T(INV_PI_HI64)
         ip_lo = T(INV_PI_LO64)
-    # One product with 1/pi (hi + lo): a division here was a fourth division per element.
+    # One product with 1/pi (hi + lo): a division here would be a fourth per element.
     q = fma(s, ip_hi, s * ip_lo)
     return q if neg else T(0.5) + q
 
@@ -228,9 +227,9 @@ def iglu_dsigma(x, sigma):
     if abs(t) > T(1.0):
         r = T(1.0) / t
         # x^2/(1+t^2) = 1/(sigma^2 (1 + r^2)): finite limit 1/(pi sigma^2) at |x| -> inf.
-        # (pi sigma) sigma overflowed (sigma = 1e20 float32, 1e155 float64) and gave 0
+        # (pi sigma) sigma overflows (sigma = 1e20 float32, 1e155 float64) and would give 0
         # where the value is subnormal: sigma >= 2^32 (2^256) is scaled by c = 2^-64
-        # (2^-512) and the quotient by c twice. A small sigma made (pi sigma) sigma
+        # (2^-512) and the quotient by c twice. A small sigma makes (pi sigma) sigma
         # subnormal where the value is near the maximum (float32 sigma = 2.17e-20,
         # x = -4.6e19: 10 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
         if is_f32(x):
@@ -297,7 +296,7 @@ def z_approx_dsigma(x, sigma):
 def iglu_approx_f(x, sigma):
     T = type(x)
     # Four cases, each h = num/den with the result h or x - h: one division and selects,
-    # so the float64 loop vectorises too. Every case computes what its branch did.
+    # so the float64 loop vectorises too. Every case computes what a branch would.
     big = abs(x) > T(1.0)
     # |x| > 1: x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
     # Beyond 2^64 with sigma < 1 both parts are taken 2^64 larger, so that 1/x is never

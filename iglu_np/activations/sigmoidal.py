@@ -76,8 +76,7 @@ def tanh_dx(x):
 
 # The bulk (|x| <= 354 float64, 43 float32: exp(-2|x|) normal): each side computes only
 # what it returns where the exact kernel, vectorised, computes tanh (its polynomial, an exp
-# and a division) and a second exp and division. The same bits (see define's bulk). One
-# znver4 core, backward float64 2.07 -> 1.83 ns/el, float32 0.83 -> 0.70.
+# and a division) and a second exp and division. The same bits (see define's bulk).
 @kernel
 def _tanh_bulk_domain(x):
     T = type(x)
@@ -179,8 +178,7 @@ def tanhshrink_f(x):
 
 # The bulk (|x| <= 354 float64, 44 float32: exp(2|x|) normal): the cubic for |x| < 1.5 and
 # beyond it tanh's exp form (what tanh returns for |x| >= 0.625) without tanh's polynomial;
-# the same bits (see define's bulk). One znver4 core, forward float64 2.14 -> 2.00 ns/el,
-# float32 0.74 -> 0.69.
+# the same bits (see define's bulk).
 @kernel
 def _tanhshrink_bulk_domain(x):
     T = type(x)
@@ -248,8 +246,7 @@ def _mish_value(x):
 
 
 # float32's value in float64, rounded once: in float32, exp's error and five roundings
-# (e + 2, m (e + 2), d, the division, x g) reached 4.56 ulp at x = -6.764 (every 16th
-# float32; README bound 4).
+# (e + 2, m (e + 2), d, the division, x g) exceed the 4 ulp forward bound near x = -6.8.
 @kernel
 def mish_f(x):
     T = type(x)
@@ -341,9 +338,10 @@ def xsilu_f(x, alpha):
         return (alpha + T(0.5)) * (T(2.0) * ((x * (me * r)) * sc)) - alpha * x
     if not _silu_bulk_domain(x) and x > T(0.0):
         # e < 2^-115 (float32) / 2^-1009: the gate is 1 + alpha to far below an ulp, and
-        # x + alpha x is rounded once. x times the rounded gate lost the overflow threshold:
-        # float32 x = max, alpha = 3.37e-8 gave max for the true 3.4028235809e38 (inf,
-        # correctly rounded), 1 + alpha having rounded to 1. (The bulk keeps x gate.)
+        # x + alpha x is rounded once. x times the rounded gate would miss the overflow
+        # threshold: float32 x = max, alpha = 3.37e-8 would give max for the true
+        # 3.4028235809e38 (inf, correctly rounded), 1 + alpha rounding to 1. (The bulk
+        # keeps x gate.)
         return fma(x, alpha, x)
     return x * gate
 
