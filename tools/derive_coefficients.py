@@ -86,7 +86,8 @@ def fit(name, f, interval, degree, center=0, measure=True) -> Table:
         worst = max(worst, abs(pv - fv) / abs(fv))
     cond = sum(abs(c) * max(abs(a - center), abs(b - center)) ** k
                for k, c in enumerate(reversed(poly))) / min(abs(f(a)), abs(f(b)))
-    return Table(name, form, texts, f"max rel error {mp.nstr(worst, 3)}, Horner condition <= {mp.nstr(cond, 3)}")
+    error = f"max rel error {mp.nstr(worst, 3)}, Horner condition <= {mp.nstr(cond, 3)}"
+    return Table(name, form, texts, error)
 
 
 def fit_seq(name, f, interval, degree, npts=300, dtype="float32", measure=True) -> Table:
@@ -385,7 +386,8 @@ def log1p_unit_fits(measure=True):
 GENERATED = (
     ("iglu", IGLU_NOTE, iglu_fits, ()),
     ("gelu", GELU_NOTE, gelu_fits, ()),
-    ("gelu32", GELU32_NOTE, gelu32_fits, (("GELU32_K", float(GELU32_K)), ("GELU32_UMAX", float(GELU32_UMAX)))),
+    ("gelu32", GELU32_NOTE, gelu32_fits,
+     (("GELU32_K", float(GELU32_K)), ("GELU32_UMAX", float(GELU32_UMAX)))),
     ("gelu_native", GELU_NATIVE_NOTE, gelu32n_fits,
      (("GELU32N_UMAX", float(GELU32N_UMAX)), ("GELU64N_UMAX", float(GELU64N_UMAX)))),
     ("tanhshrink", TANHSHRINK_NOTE, tanhshrink_fits, ()),
@@ -469,7 +471,8 @@ def differences(text: str, sections) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
-                    help=f"exit 1 (naming the tables) when {MODULE.relative_to(ROOT)} differs from the derivation")
+                    help=f"exit 1 (naming the tables) when {MODULE.relative_to(ROOT)} differs "
+                    "from the derivation")
     ap.add_argument("--print", dest="group", choices=["all", *GROUPS],
                     help="print one group's fits instead of writing the module")
     args = ap.parse_args(argv)

@@ -274,7 +274,7 @@ def _mills_n(u, u_lo):
 
 
 @kernel
-def _native_h0_hi(x):
+def _h_c0_hi(x):
     T = type(x)
     return T(H32_C0_HI) if is_f32(x) else T(H64_C0_HI)
 
@@ -296,7 +296,7 @@ def _gelu_n_value(x, a, hl, c):
     """x Phi(t) for t = a x, a >= 0: Phi(-|t|) = a (H0 + hl)(1 + c) with a = r exp(y), and
     Phi(t) = 1 - Phi(-|t|) for x >= 0."""
     T = type(x)
-    h0 = _native_h0_hi(x)
+    h0 = _h_c0_hi(x)
     hc = fma(h0 + hl, c, hl)
     q = fma(a, h0, a * hc)
     return x * (q if x < T(0.0) else T(1.0) - q)
@@ -307,7 +307,7 @@ def _gelu_n_dx_value(x, u, r, hl, res, f, ex):
     """Phi(t) + t phi(t) for t = a x, a >= 0: phi(u) (M(u) - u) for x < 0, 1 - phi(u) (M(u)
     - u) for x >= 0 (u = |t|'s high part, phi M = ex G with G = M/sqrt(2 pi))."""
     T = type(x)
-    g = r * (_native_h0_hi(x) + hl)
+    g = r * (_h_c0_hi(x) + hl)
     g = fma(g, res, g)
     v = fma(ex, f, ex) * (g - u * T(INV_SQRT_2PI))
     return v if x < T(0.0) else T(1.0) - v
@@ -348,7 +348,7 @@ def gelu_native_dx_bulk(x, u, u_lo):
 
 
 @kernel
-def abs_ax_bulk(x, a):
+def ax_native_bulk(x, a):
     """(u, u_lo): |a x| = a |x| = u + u_lo, exactly (the fma's error term is exact wherever
     it matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it), for
     finite a x (the bulk). From |x| the low part needs no sign select, as a x's would;
@@ -360,11 +360,11 @@ def abs_ax_bulk(x, a):
 
 
 @kernel
-def abs_ax(x, a):
-    """abs_ax_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
+def ax_native(x, a):
+    """ax_native_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
     NaN there, so the bulk loops go without these selects)."""
     T = type(x)
-    u, u_lo = abs_ax_bulk(x, a)
+    u, u_lo = ax_native_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)
     return (T(0.0) if z else u), (T(0.0) if z else u_lo)
 

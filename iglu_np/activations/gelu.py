@@ -8,8 +8,8 @@ from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba
 from .._math import _TWO_M512, exp_dw, exp_normal, is_f32, two_prod
 from .._spec import Param, define, kernel
 from ._double_word import two_sum
-from ._normal_cdf import (K1024_HI, K1024_LO, K2048_HI, K2048_LO, LN_64H, abs_ax, abs_ax_bulk,
-                          ax_in_float64, gelu32_da, gelu32_dx, gelu32_f, gelu_core, gelu_dx_core,
+from ._normal_cdf import (K1024_HI, K1024_LO, K2048_HI, K2048_LO, LN_64H, ax_in_float64, ax_native,
+                          ax_native_bulk, gelu32_da, gelu32_dx, gelu32_f, gelu_core, gelu_dx_core,
                           gelu_native, gelu_native_dx, gelu_native_dx_bulk, in_native_range,
                           npdf_exponent)
 
@@ -74,7 +74,7 @@ def _ax_dw(x, a):
 
 @kernel
 def gelu_a_f(x, a):
-    u, u_lo = abs_ax(x, a)
+    u, u_lo = ax_native(x, a)
     if in_native_range(u):
         return gelu_native(x, u, u_lo)
     if is_f32(x):
@@ -85,7 +85,7 @@ def gelu_a_f(x, a):
 
 @kernel
 def gelu_a_dx(x, a):
-    u, u_lo = abs_ax(x, a)
+    u, u_lo = ax_native(x, a)
     if in_native_range(u):
         return gelu_native_dx(x, u, u_lo)
     if is_f32(x):
@@ -94,7 +94,7 @@ def gelu_a_dx(x, a):
     return gelu_dx_core(t_hi, t_lo)
 
 
-# The bulk of GELU_a: a x (rounded: |a x| is abs_ax's u) within the native range (a = 0 at
+# The bulk of GELU_a: a x (rounded: |a x| is ax_native's u) within the native range (a = 0 at
 # x = +-inf gives NaN here: not bulk), as for GELU.
 @kernel
 def _gelu_a_bulk_domain(x, a):
@@ -103,13 +103,13 @@ def _gelu_a_bulk_domain(x, a):
 
 @kernel
 def gelu_a_f_bulk(x, a):
-    u, u_lo = abs_ax_bulk(x, a)
+    u, u_lo = ax_native_bulk(x, a)
     return gelu_native(x, u, u_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
-    u, u_lo = abs_ax_bulk(x, a)
+    u, u_lo = ax_native_bulk(x, a)
     return gelu_native_dx_bulk(x, u, u_lo)
 
 
