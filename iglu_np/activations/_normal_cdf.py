@@ -108,7 +108,8 @@ def _mills_both(a):
     # s/a), and s/a at a = 0 made the raw float64 ufunc warn "divide by zero".
     a4 = T(4.0) if small else a + T(7.888609052210118e-31)
     s = _mills_s(a4)
-    m = _mills_poly(a if small else T(0.0))
+    a_poly = a if small else T(0.0)
+    m = _mills_poly(a_poly)
     m = m if small else s / a4
     return small, m, a4, s
 
@@ -129,11 +130,13 @@ def _npdf_shifted(t_hi, t_lo):
     T = type(t_hi)
     under, y, f = npdf_exponent(t_hi, t_lo)
     d = t_hi < T(0.0) and y < T(-700.0)
-    y, g = two_sum(y, T(K1024_HI) if d else T(0.0))
+    k_hi = T(K1024_HI) if d else T(0.0)
+    y, g = two_sum(y, k_hi)
     f = f + (g + (T(K1024_LO) if d else T(0.0)))
     ph = math.exp(y)
     ph = T(0.0) if under else ph + ph * f
-    return ph, (T(_TWO_M512) if d else T(1.0))
+    s = T(_TWO_M512) if d else T(1.0)
+    return ph, s
 
 
 @kernel
@@ -288,7 +291,8 @@ def _exponent_n(t_hi, t_lo):
     h = T(-0.5) * t_hi
     y = t_hi * h
     f = fma(t_hi, h, -y)
-    return y, (f if t_lo == T(0.0) else f - t_hi * t_lo)  # folded away for GELU's 0
+    f = f if t_lo == T(0.0) else f - t_hi * t_lo  # folded away for GELU's 0
+    return y, f
 
 
 @kernel
@@ -366,7 +370,9 @@ def ax_native(x, a):
     T = type(x)
     u, u_lo = ax_native_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)
-    return (T(0.0) if z else u), (T(0.0) if z else u_lo)
+    u = T(0.0) if z else u
+    u_lo = T(0.0) if z else u_lo
+    return u, u_lo
 
 
 @kernel
@@ -387,6 +393,7 @@ def gelu32_da(x, a):
     xd = numba.float64(x)
     ph = math.exp(D(-0.5) * (t * t) - D(LN_64H))
     r = (xd * ph) * xd
-    return T(D(0.0) if ph == D(0.0) else r)  # |x| = inf with a > 0: the limit 0
+    r = D(0.0) if ph == D(0.0) else r  # |x| = inf with a > 0: the limit 0
+    return T(r)
 
 

@@ -50,7 +50,8 @@ def _gate_of(s, m):
     m r^2."""
     T = type(s)
     r = T(1.0) / (T(1.0) + m)
-    return (m * r if s < T(0.0) else r), m, r
+    g = m * r if s < T(0.0) else r
+    return g, m, r
 
 
 @kernel
@@ -88,7 +89,8 @@ def _tanh_gate(x):
     s, h = _tanh_arg(x)
     h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
     neg = s < T(0.0)
-    m, sc = exp_scaled(-abs(s), h if neg else -h)
+    h_neg = h if neg else -h
+    m, sc = exp_scaled(-abs(s), h_neg)
     # (x > 0: the gate is 1/(1 + m) = 1 in the tail, where only the true m may enter)
     m = m if neg else m * sc
     sc = sc if neg else T(1.0)
@@ -130,7 +132,8 @@ def _tanh_gate_bulk(x):
     T = type(x)
     s, h = _tanh_arg(x)
     m = exp_normal(-abs(s))
-    return s, (m + m * h if s < T(0.0) else m - m * h)
+    mh = m + m * h if s < T(0.0) else m - m * h
+    return s, mh
 
 
 @kernel
