@@ -40,7 +40,11 @@ def test_key_is_stable_and_short():
 
 
 def test_editing_one_activation_file_changes_only_its_keys():
-    assert _changed(NAMES, _edited("activations/gelu.py")) == {"gelu", "gelu_tanh"}
+    assert _changed(NAMES, _edited("activations/gelu.py")) == {"gelu"}
+    assert _changed(NAMES, _edited("activations/gelu_tanh.py")) == {"gelu_tanh"}
+    # helper modules of the folder key the activations whose kernels they hold
+    assert _changed(NAMES, _edited("activations/_normal_cdf.py")) == {"gelu"}
+    assert _changed(NAMES, _edited("activations/_double_word.py")) == {"gelu", "gelu_tanh"}
     assert _changed(NAMES, _edited("activations/relu.py")) == {"relu"}
     # the trainer, the CLI, the GPU backends, the public API, the dispatcher, parameter
     # validation and the CPU backend's choices: no kernel recompiles
@@ -75,10 +79,10 @@ def test_generators_change_every_key():
 
 
 def test_global_values_read_by_kernels_are_in_the_key(monkeypatch):
-    from iglu_np.activations import gelu as gelu_mod
+    from iglu_np.activations import _normal_cdf
 
     before = _key("gelu", Path.read_bytes)
-    monkeypatch.setattr(gelu_mod, "LN_64H", gelu_mod.LN_64H * (1 + 2**-50))
+    monkeypatch.setattr(_normal_cdf, "LN_64H", _normal_cdf.LN_64H * (1 + 2**-50))
     assert _key("gelu", Path.read_bytes) != before
     assert _key("iglu", Path.read_bytes) == _key("iglu")
 

@@ -3,22 +3,8 @@ import math
 
 from .._math import (_TWO_64, _TWO_512, _TWO_M32, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
                      horner, is_f32, neg_side, two_prod)
+from .._coefficients import CELU_DALPHA_32, CELU_DALPHA_64
 from .._spec import Param, define, kernel
-
-# (expm1(q) - q e^q)/q^2 as a polynomial in (q + 1) for -2 <= q <= 0, from
-# tools/derive_smooth_coefficients.py (relative error 7e-18 resp. 2.5e-9).
-CELU_DALPHA_64 = (
-    -2.6424111765711535681e-1, -1.6060279414278840826e-1, -5.696447062846142819e-2,
-    -1.4639387309374243263e-2, -2.9709240879084293714e-3, -4.9944689573468332212e-4,
-    -7.1744376722876514093e-5, -9.0016207525989588199e-6, -1.0028293032174418656e-6,
-    -1.0047773985968596268e-7, -9.1477226428550262227e-9, -7.630737690861206629e-10,
-    -5.8752233239070044233e-11, -4.266195798922650105e-12, -2.8405605543218173869e-13,
-)
-CELU_DALPHA_32 = (
-    -2.6424111765711535681e-1, -1.60602790549501348e-1, -5.6964470302180706852e-2,
-    -1.4639435192704144129e-2, -2.970928436230072029e-3, -4.9927477999598402278e-4,
-    -7.1728743077956468775e-5, -9.2302892392453726353e-6, -1.0236111796276589871e-6,
-)
 
 # SELU's constants (Klambauer et al. 2017, as PyTorch spells them) and their product, each
 # split hi + lo per dtype: a float32 constant alone is off by up to 0.5 ulp before any
@@ -58,8 +44,8 @@ def elu_dx(x, alpha):
     T = type(x)
     if x > T(0.0):
         return T(1.0)
-    # alpha e^x as (a m) sc: rounded once where e^x is subnormal and alpha large (alpha =
-    # 1000: e^x rounded first, then multiplied, was 499 subnormal steps off).
+    # alpha e^x as (a m) sc: rounded once where e^x is subnormal and alpha large (e^x
+    # rounded first, then multiplied by alpha = 1000, is hundreds of subnormal steps off).
     a, m, sc = exp_scaled_times(x, alpha)
     return (a * m) * sc
 
@@ -75,10 +61,8 @@ def elu_dalpha(x, alpha):
 # The bulk of ELU (x >= -700 float64, -80 float32: short of exp_scaled's tail, which
 # elu_dx takes) and SELU (x >= -708 / -87: exp normal): exp and expm1 of the non-positive
 # side without range handling (the exact kernels, vectorised, clamp and scale twice for
-# every lane, the positive ones included); the same bits (see define's bulk). One znver4
-# core, forward/backward ns/el: elu float64 1.14-1.18/1.11-1.15 -> 0.97/1.01, float32
-# 0.54/0.52 -> 0.44/0.46; selu float64 1.69-1.75/1.45-1.48 -> 1.30/1.32, float32
-# 0.78/0.66 -> 0.60/0.62.
+# every lane, the positive ones included); the same bits (see define's bulk), in less
+# time (tools/ab_speed.py times the loops).
 @kernel
 def _elu_bulk_domain(x, alpha):
     T = type(x)
@@ -126,9 +110,9 @@ def _dw_scale(a):
 def _div_dw(x, a):
     """x/a as a dw pair (q, ql): the remainder x - q a is exact (Dekker product, and
     x - p is exact because p is within an ulp or two of x). It is formed from x c and a c
-    (_dw_scale, exact): q a beyond two_prod's range lost q's low part (float64 x = -1e296,
-    alpha = 1.5e293: celu dx 243 ulp), or rounded to -inf (float32 x = -max, alpha = 2e11:
-    NaN), and below the normal range its error term was inexact (x, alpha both
+    (_dw_scale, exact): q a beyond two_prod's range would lose q's low part (float64
+    x = -1e296, alpha = 1.5e293) or round to -inf (float32 x = -max, alpha = 2e11: NaN),
+    and below the normal range its error term would be inexact (x, alpha both
     subnormal). Where |q| >= 2^-30 the scaled x c and q (a c) stay normal and in range."""
     T = type(x)
     q = x / a
@@ -145,8 +129,8 @@ def celu_f(x, alpha):
     T = type(x)
     q, ql = _div_dw(x, alpha)
     m = math.expm1(neg_side(q))  # (x > 0 unused: no overflow, which the CUDA simulator raises)
-    # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: alpha = 1e20, x = -1e-20
-    # (float32) made q subnormal and alpha q was 66 ulp off, or 0 below.
+    # alpha expm1(x/alpha) = x (1 + q/2 + O(q^2)) for |q| < 2^-30: where q is subnormal
+    # (float32 alpha = 1e20, x = -1e-20) alpha q would be tens of ulp off, or 0 below.
     tiny = fma(x, T(0.5) * q, x)
     # expm1(q + ql) = m + e^q ql: q's rounding would cost up to 1/2 ulp near q = 0.
     # -alpha where m = -1, also at x = -inf, where the correction would be 0 * inf.
@@ -378,7 +362,7 @@ define(
         "q = x/alpha is carried as a double-word pair (Dekker remainder): exp(x/alpha) in the "
         "derivative has condition |x/alpha|, and expm1 is corrected by e^q times the low "
         "part. The alpha-derivative expm1(q) - q e^q ~ -q^2/2 cancels for |q| <= 2; there it "
-        "is q^2 P(q + 1) with a fitted polynomial (tools/derive_smooth_coefficients.py). "
+        "is q^2 P(q + 1) with a fitted polynomial (tools/derive_coefficients.py). "
         + _KINK_NOTE + " (PyTorch implements CELU as ELU with input scale 1/alpha): "
         "celu'(0) = 1 from both sides."
     ),

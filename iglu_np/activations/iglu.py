@@ -6,6 +6,7 @@ import numpy as np
 
 from .._math import (_TWO_32, _TWO_64, _TWO_256, _TWO_512, _TWO_M32, _TWO_M64, _TWO_M256, _TWO_M512,
                      PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32, padded)
+from .._coefficients import IGLU_A32, IGLU_A64, IGLU_D32, IGLU_D64, IGLU_R32
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -21,105 +22,11 @@ _SIGMA = Param(
 
 # IGLU from u = min(|t|, 1/|t|) in [0, 1]: the forward needs atan(u) = u A(u^2), the
 # derivative S(u) = atan(u) + u/(1+u^2) = 2u + u^3 R(u^2) and D(u) = atan(u) - u/(1+u^2) =
-# u^3 P(u^2) (the tail, where the two terms cancel), each one polynomial in (u^2 - 1/2),
-# from tools/derive_coefficients.py. Each derivative element needs one of R and P: float32
-# runs one Horner pass on coefficients chosen by a select, float64 derives R from P (see
-# _iglu_dx_s64). This replaced an atan, the division
-# u/(1+u^2) and two tail pieces (3 divisions per element, now 1): float32 fused backward
-# 1.09 -> 0.71 ns/el on one znver4 core, float64 3.23 -> 2.71, the same worst ulp.
-# IGLU_A32: degree 9 in (v - 0.5) on [0, 1], max rel error 2.84e-9, Horner condition <= 1.27
-IGLU_A32 = (
-    8.7041975333559142371e-1,
-    -2.0375308590456519072e-1,
-    8.3407011872464122939e-2,
-    -4.0246668915746819274e-2,
-    2.106182546947958627e-2,
-    -1.1559041487343657212e-2,
-    6.4092882919969610291e-3,
-    -3.7117983426013233605e-3,
-    2.832383966640618052e-3,
-    -1.7011700640685972273e-3,
-)
-# IGLU_A64: degree 20 in (v - 0.5) on [0, 1], max rel error 5.38e-18, Horner condition <= 1.27
-IGLU_A64 = (
-    8.7041975136710319747e-1,
-    -2.0375308470043637704e-1,
-    8.3407404828432475784e-2,
-    -4.0246909282000567846e-2,
-    2.1049375194068218228e-2,
-    -1.1551426785721466196e-2,
-    6.5456999119728953612e-3,
-    -3.7952052130909101715e-3,
-    2.2387042967768090391e-3,
-    -1.3384052012770825243e-3,
-    8.0882105359286727842e-4,
-    -4.9315780113829896954e-4,
-    3.0288569623025254453e-4,
-    -1.8682779985677611943e-4,
-    1.1607653397852357797e-4,
-    -7.4325946495253673009e-5,
-    4.6605676051395564337e-5,
-    -2.3384053313367483112e-5,
-    1.4718018065904149804e-5,
-    -1.9859097331475870487e-5,
-    1.2631178430477425717e-5,
-)
-# IGLU_R32: degree 10 in (v - 0.5) on [0, 1], max rel error 5.99e-9, Horner condition <= 1.87
-IGLU_R32 = (
-    -9.2582716393246027172e-1,
-    5.5525938689081969363e-1,
-    -3.5111121483462752735e-1,
-    2.2665739338504728037e-1,
-    -1.4785401743524268792e-1,
-    9.7240700375675034315e-2,
-    -6.4059373756476332216e-2,
-    4.0386512621383427552e-2,
-    -2.6716867116592461935e-2,
-    2.5386616824979680436e-2,
-    -1.6843539239248026533e-2,
-)
-# IGLU_D32: degree 11 in (v - 0.5) on [0, 1], max rel error 2.16e-9, Horner condition <= 2.34
-IGLU_D32 = (
-    4.075061685771844775e-1,
-    -3.3362961876273757635e-1,
-    2.4148169254562247728e-1,
-    -1.6839515999195695338e-1,
-    1.1550330346266628379e-1,
-    -7.8541064444741180122e-2,
-    5.3316900952453542186e-2,
-    -3.5942373545678663984e-2,
-    2.2716175945709704825e-2,
-    -1.5256520155311557693e-2,
-    1.5415587850434077847e-2,
-    -1.032395970127201892e-2,
-)
-# IGLU_D64: degree 22 in (v - 0.5) on [0, 1], max rel error 8.4e-18, Horner condition <= 2.34
-IGLU_D64 = (
-    4.0750616940087306161e-1,
-    -3.3362961931373044303e-1,
-    2.4148145569173324544e-1,
-    -1.6839500155226390952e-1,
-    1.1551426789596780825e-1,
-    -7.8548398978761064784e-2,
-    5.3132870847407529524e-2,
-    -3.5819266930905044721e-2,
-    2.409135285390626288e-2,
-    -1.6176469998425731277e-2,
-    1.084853739895619277e-2,
-    -7.268493499179903758e-3,
-    4.8663873177113412501e-3,
-    -3.2574146735336725648e-3,
-    2.1786044903822356327e-3,
-    -1.4484660528301319287e-3,
-    9.6807961777184343934e-4,
-    -6.828464440043723054e-4,
-    4.5612906244704069947e-4,
-    -2.035575681993672253e-4,
-    1.3596242731167993891e-4,
-    -2.5251108906258872389e-4,
-    1.6855055049064735428e-4,
-)
-
+# u^3 P(u^2) (the tail, where the two terms cancel), each one polynomial in (u^2 - 1/2)
+# (IGLU_A, IGLU_R, IGLU_D from iglu_np/_coefficients.py). Each derivative element needs one
+# of R and P: float32 runs one Horner pass on coefficients chosen by a select, float64
+# derives R from P (see _iglu_dx_s64). So an element costs one division, where atan and
+# u/(1+u^2) would cost three and a libm call (tools/ab_speed.py times the loops).
 IGLU_R32P, IGLU_D32P = padded(IGLU_R32, IGLU_D32, dtype=np.float32)
 # float64 as c0 + w (c1 + w (E(w^2) + w O(w^2))): two chains of ~10 instead of one of 21-23,
 # which bounded the loop by its latency; the two Horner steps kept last keep its rounding.
@@ -129,7 +36,7 @@ A64_0, A64_1 = IGLU_A64[0], IGLU_A64[1]
 D64_0, D64_1 = IGLU_D64[0], IGLU_D64[1]
 
 
-# 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as the division did
+# 1/pi = hi + lo per dtype: s/pi as fma(s, hi, s lo) rounds once, as a division would
 # (within 2^-24 ulp of it), at the cost of a multiply and an fma instead of a division.
 INV_PI_HI64, INV_PI_LO64 = 0.3183098861837907, -1.9678676675182486e-17
 INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
@@ -139,12 +46,12 @@ INV_PI_HI32, INV_PI_LO32 = 0.31830987334251404, 1.2841276486597053e-08
 @kernel
 def sigma_scaled(sigma):
     """(sigma c, c) with c = 2^-64 for sigma >= 1, else 1 (a power of two: sigma c is
-    exact). The gate's tail 1/|t|, t = sigma x, is subnormal where t overflows, and came
-    out 0 (z_gate float32, sigma = 1e35, x = -1e5: 0 for 3.2e-41); t' = (sigma c) x
+    exact). The gate's tail 1/|t|, t = sigma x, is subnormal where t overflows, and would
+    come out 0 (z_gate float32, sigma = 1e35, x = -1e5: 0 for 3.2e-41); t' = (sigma c) x
     cannot overflow unless the result underflows, and 1/t = (1/t') c with the same bits
     wherever t' is normal. A function of sigma alone (the loops hoist it): per element one
-    product more (t') and the scaling; selecting t' only where t overflowed cost 3 more
-    (z_gate float32 forward +18% on one core)."""
+    product more (t') and the scaling, cheaper than selecting t' only where t overflowed
+    (three more operations; tools/ab_speed.py times both)."""
     T = type(sigma)
     big = sigma >= T(1.0)
     c = T(_TWO_M64) if big else T(1.0)
@@ -253,12 +160,11 @@ def iglu_f(x, sigma):
 def _iglu_dx_s64(neg, big, u):
     """pi (Z + t/(pi(1+t^2))) - [t >= 0] pi/2 in float64 (see iglu_dx) from D's polynomial
     alone: R(v) = P(v) - 2/(1 + v), as S - D = 2u/(1+u^2). Selecting R's or P's 23
-    coefficients per lane had cost 22 blends per vector, more than this division and the
-    error terms below (tools/ab_speed.py, fused backward on one znver4 core: new/old
-    0.82-1.09, median 0.89, over six processes). Rounding errors of u^3 and of
-    P - 2/(1+u^2) go into a low part, so S - pi/2 (cancelling by up to 4.5x near t = -1)
-    came out more accurate than from R's polynomial: worst 3.98 -> 3.42 ulp over 15,000
-    points with |t| <= 1. float32 keeps the select: its division cost as much."""
+    coefficients per lane costs 22 blends per vector, more than this division and the
+    error terms below (tools/ab_speed.py compares the fused backward). Rounding errors of
+    u^3 and of P - 2/(1+u^2) go into a low part, so S - pi/2 (cancelling by up to 4.5x
+    near t = -1) is more accurate than from R's polynomial (python -m tests.accuracy
+    measures it). float32 keeps the select: there the division costs as much."""
     T = type(u)
     uu = u * u
     u3 = u * uu
@@ -309,7 +215,7 @@ def iglu_dx(x, sigma):
         s = _iglu_dx_s64(neg, big, u)
         ip_hi = T(INV_PI_HI64)
         ip_lo = T(INV_PI_LO64)
-    # One product with 1/pi (hi + lo): a division here was a fourth division per element.
+    # One product with 1/pi (hi + lo): a division here would be a fourth per element.
     q = fma(s, ip_hi, s * ip_lo)
     return q if neg else T(0.5) + q
 
@@ -321,9 +227,9 @@ def iglu_dsigma(x, sigma):
     if abs(t) > T(1.0):
         r = T(1.0) / t
         # x^2/(1+t^2) = 1/(sigma^2 (1 + r^2)): finite limit 1/(pi sigma^2) at |x| -> inf.
-        # (pi sigma) sigma overflowed (sigma = 1e20 float32, 1e155 float64) and gave 0
+        # (pi sigma) sigma overflows (sigma = 1e20 float32, 1e155 float64) and would give 0
         # where the value is subnormal: sigma >= 2^32 (2^256) is scaled by c = 2^-64
-        # (2^-512) and the quotient by c twice. A small sigma made (pi sigma) sigma
+        # (2^-512) and the quotient by c twice. A small sigma makes (pi sigma) sigma
         # subnormal where the value is near the maximum (float32 sigma = 2.17e-20,
         # x = -4.6e19: 10 ulp): sigma < 2^-32 (2^-256) is scaled by 2^64 (2^512).
         if is_f32(x):
@@ -390,7 +296,7 @@ def z_approx_dsigma(x, sigma):
 def iglu_approx_f(x, sigma):
     T = type(x)
     # Four cases, each h = num/den with the result h or x - h: one division and selects,
-    # so the float64 loop vectorises too. Every case computes what its branch did.
+    # so the float64 loop vectorises too. Every case computes what a branch would.
     big = abs(x) > T(1.0)
     # |x| > 1: x/(2(1+sigma|x|)) as 0.5/(1/x -+ sigma): exact limits at +-inf, no inf/inf.
     # Beyond 2^64 with sigma < 1 both parts are taken 2^64 larger, so that 1/x is never

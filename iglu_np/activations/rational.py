@@ -71,9 +71,9 @@ def _sp_root(x, b):
 
 # The bulk: |x| <= 2^60 (2^500) and b <= 2^120 (2^1000), with x^2 or b >= 2^-120 (2^-1000),
 # where x^2 + b neither overflows nor goes subnormal: s = sqrt(fma(x, x, b)) rounds the sum
-# once, and one division (x < 0) or none remains, where hypot's double-word steps took two
-# (one thread, 32k elements: float64 1.63 -> 0.88 ns/el, float32 0.83 -> 0.31). The exact
-# kernels take it there too (the same bits; see define's bulk).
+# once, and one division (x < 0) or none remains, where hypot's double-word steps take two
+# (about half the time; tools/ab_speed.py times the loops). The exact kernels take it there
+# too (the same bits; see define's bulk).
 @kernel
 def _squareplus_bulk_domain(x, b):
     T = type(x)
@@ -122,8 +122,8 @@ def _sp_q(x, b):
     # x = -1.7e38: 0 for 2.8e-39). Not everywhere: they round to 0 for a subnormal x with
     # b = 0 (0/0).
     g = T(0.5) if _sp_big(x) else T(1.0)
-    # A tiny b scaled up by cb (b alone): b/s was subnormal, its rounding then magnified by
-    # 1/(s + |x|) (float32 b = 2^-149, x = -1.4e-4: 873 ulp; float64 b = 1.5e-323: 1.3e6).
+    # A tiny b scaled up by cb (b alone): b/s would be subnormal, its rounding then
+    # magnified by 1/(s + |x|) (hundreds of ulp at float32 b = 2^-149, x = -1.4e-4).
     if is_f32(x):
         tiny = b < T(_TWO_M60)
         cb = T(_TWO_64) if tiny else T(1.0)

@@ -4,25 +4,8 @@ import math
 
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._math import exp_expm1_neg, exp_normal, exp_scaled, fma, horner, is_f32, sigmoid, tanh_small
+from .._coefficients import TANHSHRINK_32, TANHSHRINK_64
 from .._spec import Param, define, kernel
-
-# (x - tanh x)/x^3 as a polynomial in (x^2 - 1.125) for |x| < 1.5, from
-# tools/derive_smooth_coefficients.py (relative error 4e-17 resp. 4e-9, Horner condition < 2).
-TANHSHRINK_64 = (
-    2.3024970214677892495e-1, -6.2983965061698472246e-2, 1.7491030600495827262e-2,
-    -4.8671896829721342887e-3, 1.3547848285566967015e-3, -3.7712208005623967016e-4,
-    1.0497758927145342167e-4, -2.922211941302562007e-5, 8.1344253410268541961e-6,
-    -2.2643362868012529279e-6, 6.3031276909351000846e-7, -1.7547245017269974602e-7,
-    4.8845450513994390764e-8, -1.3572223071760852593e-8, 3.7780366648720167478e-9,
-    -1.076909454912579575e-9, 2.9977428044739471592e-10, -6.761308209263617866e-11,
-    1.8821139456702208973e-11, -1.0799406851619127546e-11, 3.006180699254441632e-12,
-)
-TANHSHRINK_32 = (
-    2.3024970214677892495e-1, -6.2983973161502106721e-2, 1.7491032855200524284e-2,
-    -4.8670623136994158854e-3, 1.3547493733641495432e-3, -3.7767855748520260238e-4,
-    1.0513249330734004936e-4, -2.8242417726651394061e-5, 7.8617103353759020348e-6,
-    -2.9965820214706422845e-6, 8.3414461142415755974e-7,
-)
 
 _XSILU_PAPER = (
     "A. H. Huang, Expanded Gating Ranges Improve Activation Functions, arXiv:2405.20768 (2024)"
@@ -93,8 +76,7 @@ def tanh_dx(x):
 
 # The bulk (|x| <= 354 float64, 43 float32: exp(-2|x|) normal): each side computes only
 # what it returns where the exact kernel, vectorised, computes tanh (its polynomial, an exp
-# and a division) and a second exp and division. The same bits (see define's bulk). One
-# znver4 core, backward float64 2.07 -> 1.83 ns/el, float32 0.83 -> 0.70.
+# and a division) and a second exp and division. The same bits (see define's bulk).
 @kernel
 def _tanh_bulk_domain(x):
     T = type(x)
@@ -196,8 +178,7 @@ def tanhshrink_f(x):
 
 # The bulk (|x| <= 354 float64, 44 float32: exp(2|x|) normal): the cubic for |x| < 1.5 and
 # beyond it tanh's exp form (what tanh returns for |x| >= 0.625) without tanh's polynomial;
-# the same bits (see define's bulk). One znver4 core, forward float64 2.14 -> 2.00 ns/el,
-# float32 0.74 -> 0.69.
+# the same bits (see define's bulk).
 @kernel
 def _tanhshrink_bulk_domain(x):
     T = type(x)
@@ -265,8 +246,7 @@ def _mish_value(x):
 
 
 # float32's value in float64, rounded once: in float32, exp's error and five roundings
-# (e + 2, m (e + 2), d, the division, x g) reached 4.56 ulp at x = -6.764 (every 16th
-# float32; README bound 4).
+# (e + 2, m (e + 2), d, the division, x g) exceed the 4 ulp forward bound near x = -6.8.
 @kernel
 def mish_f(x):
     T = type(x)
@@ -358,9 +338,10 @@ def xsilu_f(x, alpha):
         return (alpha + T(0.5)) * (T(2.0) * ((x * (me * r)) * sc)) - alpha * x
     if not _silu_bulk_domain(x) and x > T(0.0):
         # e < 2^-115 (float32) / 2^-1009: the gate is 1 + alpha to far below an ulp, and
-        # x + alpha x is rounded once. x times the rounded gate lost the overflow threshold:
-        # float32 x = max, alpha = 3.37e-8 gave max for the true 3.4028235809e38 (inf,
-        # correctly rounded), 1 + alpha having rounded to 1. (The bulk keeps x gate.)
+        # x + alpha x is rounded once. x times the rounded gate would miss the overflow
+        # threshold: float32 x = max, alpha = 3.37e-8 would give max for the true
+        # 3.4028235809e38 (inf, correctly rounded), 1 + alpha rounding to 1. (The bulk
+        # keeps x gate.)
         return fma(x, alpha, x)
     return x * gate
 
@@ -622,7 +603,7 @@ define(
     notes=(
         "x - tanh(x) ~ x^3/3 cancels catastrophically near 0 (PyTorch's form returns 0 "
         "below about 1e-8 in float32). For |x| < 1.5 it is x^3 P(x^2) with a fitted "
-        "polynomial (tools/derive_smooth_coefficients.py); beyond, the subtraction loses "
+        "polynomial (tools/derive_coefficients.py); beyond, the subtraction loses "
         "under one ulp. The derivative 1 - sech^2 = tanh^2 needs no subtraction."
     ),
     example=(

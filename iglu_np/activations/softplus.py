@@ -17,7 +17,7 @@ def _beta_x(x, beta, threshold):
     T = type(x)
     # The kernels take two_prod's pair (yl = 0 from |y| >= 1e30, where exp's tail no
     # longer needs it); the test takes fma's residual at every magnitude: a rounded
-    # product took the wrong branch at y = threshold
+    # product would take the wrong branch at y = threshold
     # (float32 beta = 1.5e30, x = 1.33e-30, threshold = 2: 9e5 ulp; beta = 1.1e21,
     # x = -1.7e9, threshold = -1.92e30: dx 0 for 1).
     yh, yl = two_prod(beta, x)
@@ -33,7 +33,7 @@ def _beta_x(x, beta, threshold):
         sc = T(_TWO_128) if abs(threshold) < T(_TWO_M900) else T(1.0)
     ye = fma(beta * sc, x, -(yh * sc))
     # y = 0 with x > 0 is an underflowed product, positive (beta > 0): threshold = 0,
-    # beta = x = 1e-25 (float32) returned log(2)/beta = 6.9e24 instead of x.
+    # beta = x = 1e-25 (float32) would return log(2)/beta = 6.9e24 instead of x.
     linear = yh > threshold or (yh == threshold and (ye > T(0.0) or (yh == T(0.0) and x > T(0.0))))
     return yh, yl, linear
 
@@ -58,11 +58,11 @@ def softplus_f(x, beta, threshold):
     nh, nl, pos = _neg_abs_y(yh, yl)
     # log1p(exp(-|y|)) with the dw -|y|: for y << 0 the result is ~exp(y)/beta and exp
     # has condition |y|; for y > 0, x + log1p(exp(-y))/beta (no overflow: (y +
-    # log1p(exp(-y)))/beta rounded y's sum and then the quotient, and went to inf at x =
-    # max where the truth rounds to max: float32 beta = 4.76e-38, float64 1.95e-307).
+    # log1p(exp(-y)))/beta rounds y's sum and then the quotient, and goes to inf at x =
+    # max where the truth rounds to max, e.g. float32 beta = 4.76e-38).
     # exp(-|y|) = m sc (exp_scaled): in its tail log1p(u) = u, kept 2^64 larger and
-    # scaled last, so u/beta rounds once (beta = 0.001: 496 subnormal steps off when u
-    # was rounded first); exp_scaled_over keeps it normal for a tiny beta too, where
+    # scaled last, so u/beta rounds once (with u rounded first, beta = 0.001 would be
+    # hundreds of subnormal steps off); exp_scaled_over keeps it normal for a tiny beta too, where
     # u/beta is normal. For y > 0 in that tail u/beta is below x's rounding.
     m, b, sc = exp_scaled_over(nh, nl, beta)
     near = sc == T(1.0)

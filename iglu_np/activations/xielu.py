@@ -26,8 +26,8 @@ def expm1_minus_x_times(m, a):
     """``a (expm1(m) - m)`` for ``m <= 0`` with full relative accuracy (it is ~ a m^2/2
     near 0, where the plain difference loses everything). a goes into m^2 first, as
     (a m) m: m^2 alone underflows (float32 |m| < 1e-19) where a m^2 need not (xIELU with
-    alpha_n = 1e20 at x = -1e-22 was 1.9e4 ulp off; with alpha_n = 2.8e31, of the wrong
-    sign); |a m| <= |a| there, so it cannot overflow either."""
+    alpha_n = 1e20 at x = -1e-22 would be 1.9e4 ulp off; with alpha_n = 2.8e31, of the
+    wrong sign); |a m| <= |a| there, so it cannot overflow either."""
     T = type(m)
     if m < T(-1.0):
         # |expm1(m)| < 0.64 |m|: the difference loses less than 1.5 bits; +inf at -inf.
@@ -49,7 +49,7 @@ def expm1_minus_x(m):
 def _em1_eps_minus_x(x, eh, el):
     """expm1(eps) - x for eps < x <= 0 (and NaN), given expm1(eps) = eh + el
     (_em1_eps_dw), as (eh - x) + el: eh - x is exact near eh (Sterbenz), where the value
-    cancels; elsewhere nothing cancels. The earlier (expm1(eps) - eps) + (eps - x) kept
+    cancels; elsewhere nothing cancels. (expm1(eps) - eps) + (eps - x) would keep
     expm1(eps) - eps's rounding, which the sum cancels near x = expm1(eps) (alpha_n = 1,
     beta ~ 0, eps = -0.85: 21 ulp of the value in float32; eps = -2 with the rounded
     expm1(eps): 18 ulp float32, 6.4 float64)."""
@@ -59,14 +59,14 @@ def _em1_eps_minus_x(x, eh, el):
 # x (a x + beta) (xIPReLU; xIELU for x > 0) with a x + beta as one fma. float32 computes it
 # in float64 (_quad), where nothing below overflows or goes subnormal. In float64, where a
 # and beta are so small that a x + beta is subnormal, its rounding (half a subnormal
-# spacing) comes out |x| times larger (xIPReLU alpha_p = 2e-323, x = 3.4e7: 6.2e6 ulp; in
-# float32 before it took float64, alpha_p = 2.8e-45, x = 2063: 137 ulp). For |x| > 8 that
+# spacing) comes out |x| times larger (xIPReLU alpha_p = 2e-323, x = 3.4e7: 6.2e6 ulp;
+# float32 in its own precision, alpha_p = 2.8e-45, x = 2063: 137 ulp). For |x| > 8 that
 # needs |a|, |beta| below 2^-960; there a and beta are scaled by 2^200, exactly, and x by
 # the inverse: x 2^-200 is exact for |x| >= 2^-26 (below, its error times the scaled
 # factor, at most ~1, is under half a subnormal spacing), and the scaled factor cannot
 # overflow. The choice depends on the parameters alone (hoisted out of the CPU loops; the
-# GPU kernels' prepared part): with an |x| test per element besides, xIELU's forward ran
-# 10% slower (one thread). At the other end, with |a| or |beta| above max/2 the factor
+# GPU kernels' prepared part), as an |x| test per element would slow xIELU's forward
+# (tools/ab_speed.py). At the other end, with |a| or |beta| above max/2 the factor
 # overflows where x (a x + beta) need not (|x| < 1; float32 alpha_n = 2.2e37, beta = -max,
 # x = -1.3e-4: inf for 4.5e34): there a and beta are halved and the product doubled last
 # (x doubled first would overflow for |x| > max/2, where the factor may cancel to 0: NaN).
@@ -95,9 +95,8 @@ def _quad(x, a, beta, a_s, b_s, si, so):
     once. float32 in float64 instead: a x is exact there, and neither the factor nor the
     product can overflow or go subnormal, so the two float64 roundings (2^-52 at most)
     leave the float32 result correctly rounded but for near-ties, the overflow threshold
-    included: the float32 factor rounded up had put x (a x + beta) over it where the exact
-    value rounds to the maximum (alpha_p = 1.72, beta = 0.018, x = 1.405e19; 2% of the
-    points within 3e-7 of the threshold). float64 keeps that double
+    included: a float32 factor rounded up would put x (a x + beta) over it where the exact
+    value rounds to the maximum (alpha_p = 1.72, beta = 0.018, x = 1.405e19). float64 keeps that double
     rounding there: a product of two float64 roundings has no wider type to go to."""
     T = type(x)
     if is_f32(x):
@@ -143,9 +142,9 @@ def _xielu_f_side_q(x, ap, an, beta, a_s, b_s, si, so):
 # expm1(eps) depends on the parameters alone: GPU kernels with scalar parameters compute
 # its double-word once per thread (the spec's ``prepared``, for the value and d_alpha_n),
 # not in every thread between eps and 0 (most of them for eps < -1); the CPU loops hoist it.
-# So for the value's (float64) _quad_scale: NVVM left it in the loop, per element, behind
-# the x > 0 branch (its compares are short-circuit branches), and the H100 forward ran
-# 1.27x the copy limit (0.98x before the scaled forms).
+# So for the value's (float64) _quad_scale: NVVM would leave it in the loop, per element,
+# behind the x > 0 branch (its compares are short-circuit branches), well above the copy
+# limit on the GPU (iglu-np bench measures it).
 @kernel
 def xielu_eps_prep(ap, an, beta, eps):
     return _em1_eps_dw(eps)
@@ -173,10 +172,10 @@ def xielu_f(x, ap, an, beta, eps):
     eh, el, a_s, b_s, si, so = xielu_f_prep(ap, an, beta, eps)  # hoisted out of the CPU loops
     if is_f32(x):
         return xielu_f_prepared(x, ap, an, beta, eps, eh, el, a_s, b_s, si, so)
-    # float64: every piece computed and one selected. With branches LLVM's cost model for
-    # Intel's AVX-512 targets (skylake-avx512 to emeraldrapids, not znver4 or haswell) kept
-    # the loop scalar, its branches mispredicted on mixed signs: 9.9 ns/el against 3.1 on one
-    # emeraldrapids core (float32's branches vectorise there; selects cost it 1.11x).
+    # float64: every piece computed and one selected. With branches, LLVM's cost model for
+    # Intel's AVX-512 targets (skylake-avx512 to emeraldrapids, not znver4 or haswell)
+    # keeps the loop scalar, its branches mispredicted on mixed signs, about 3x the time
+    # (float32's branches vectorise there, and selects would cost it more).
     pos = _quad(x, ap, beta, a_s, b_s, si, so)
     far = _xielu_far(x, an, beta, math.expm1(neg_side(x)))  # (x > 0 unused; see celu_f)
     near = expm1_minus_x_times(x, an) + beta * x
@@ -283,7 +282,7 @@ def _xielu_root_form(x, an, beta, hi):
 def _xielu_root_hi(an, beta):
     """hi = log(1 - beta/alpha_n), the float64 root's leading part; for beta > alpha_n/2
     as log(d/alpha_n) with d = alpha_n - beta exact (Sterbenz): log1p(-beta/alpha_n)
-    kept beta/alpha_n's rounding, which 1 - beta/alpha_n magnifies (alpha_n - beta of two
+    keeps beta/alpha_n's rounding, which 1 - beta/alpha_n magnifies (alpha_n - beta of two
     ulps: hi 0.15 off, beyond one Newton step, dx 58,560 ulp at x = -18.7)."""
     T = type(an)
     if beta > T(0.5) * an:
@@ -293,8 +292,8 @@ def _xielu_root_hi(an, beta):
 
 @kernel
 def _xielu_root_applies(an, beta, hi):
-    """_xielu_dx_neg's parameter test (written out there: as a call, its float64 loop ran
-    3-5% slower on one znver4 thread)."""
+    """_xielu_dx_neg's parameter test (written out there: as a call, its float64 loop is
+    a few percent slower; tools/ab_speed.py times it)."""
     T = type(an)
     return beta > T(0.0) and an < T(BIG) and hi >= T(-40.0)
 
@@ -399,17 +398,15 @@ def xielu_dx(x, ap, an, beta, eps):
 
 
 # The float32 derivative's bulk (the exact kernel calls expm1 in a branch, in float64:
-# its loop stayed scalar): the branches as selects, expm1 from exp_expm1_neg (expm1's
+# its loop stays scalar): the branches as selects, expm1 from exp_expm1_neg (expm1's
 # bits for x <= 0 down to -708, without its range handling), the same bits as the exact
-# kernel (see define's bulk). One znver4 thread, 65,536 elements of N(0, 9): backward
-# 1.92 -> 1.17 ns/el. The domain's root test runs before its branches, unconditionally
-# (100 -> 98 instructions per 8 elements, backward 4-6% faster: tools/ab_speed.py;
-# testing the value alpha_n expm1(x) + beta instead ran 1.9 ns/el: the domain check
-# follows the store, so the float64 expm1 was computed twice). Not in the domain:
-# float64 (its derivative takes the double-word root form across 2 x0 <= x <= x0/2),
-# x < -708, +inf, NaN and the root band of _xielu_near_root32. Tried and dropped: a
-# forward bulk (0.70 -> 0.81 ns/el: the exact forward loop vectorises) and one for
-# alpha_n (1.29 -> 1.37).
+# kernel (see define's bulk). The domain's root test runs before its branches,
+# unconditionally: testing the value alpha_n expm1(x) + beta instead would put the domain
+# check after the store and compute the float64 expm1 twice (tools/ab_speed.py times
+# both). Not in the domain: float64 (its derivative takes the double-word root form across
+# 2 x0 <= x <= x0/2), x < -708, +inf, NaN and the root band of _xielu_near_root32. There
+# is no forward bulk (the exact forward loop vectorises, and a bulk form is slower) and
+# none for alpha_n (slower too).
 @kernel
 def _xielu_expm1_64(x):
     """expm1(x) in float64 for float32 x <= 0 (0 for x > 0)."""
