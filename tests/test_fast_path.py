@@ -132,7 +132,7 @@ def test_threaded_blocks_cover_every_element_at_any_skew(dtype, request):
     from iglu_np.backends import cpu_fast
 
     request.getfixturevalue("threads_always")
-    n = 2 * cpu_fast.BLOCK + 37
+    n = 2 * cpu_fast.TASK_BLOCK + 37
     rng = np.random.default_rng(3)
     buf = (rng.standard_normal(n + 64) * 10).astype(dtype)
     gbuf = rng.standard_normal(n + 64).astype(dtype)
@@ -421,7 +421,7 @@ def test_compiled_loops_release_the_gil():
     the dispatchers; the speed-up itself is measured, not asserted)."""
     mod = cpu_fast._module(iglu_np.iglu.spec)
     for kind in ("fwd", "dx", "bwd", "d_sigma", "bwd_sigma"):
-        assert getattr(mod, "l_" + kind).targetoptions["nogil"] is True, kind
+        assert getattr(mod, "loop_" + kind).targetoptions["nogil"] is True, kind
     for par in (False, True):
         assert cpu_fast.kernel("iglu", "fwd", par).targetoptions["nogil"] is True
         assert cpu_fast.kernel("iglu", "r_sigma", par).targetoptions["nogil"] is True

@@ -52,7 +52,7 @@ def test_iglu_loops_vectorise(kind, dtype):
                                              ("gelu", "fwd", 0), ("gelu", "bwd", 1)])
 def test_in_place_loops_vectorise(name, kind, alias, dtype):
     """out = x (out = grad_out): the in-place variants, which the backend picks (given
-    out aliasing an input, l_<kind>'s runtime alias check takes its scalar loop)."""
+    out aliasing an input, loop_<kind>'s runtime alias check takes its scalar loop)."""
     r = x86_asm.simd_report(name, kind, dtype, alias)
     assert r["simd"] and not r["libm"], f"{name}.{kind} in place {np.dtype(dtype).name}: {r}"
 

@@ -578,8 +578,8 @@ def _laid_out_alike(vals: list, cdt):
 
 def _reduce_params(act, vals: list, cdt):
     """dict param -> 0-d gradient when every parameter is a scalar (else None): fixed
-    blocks of ``cpu_fast.RBLOCK`` elements summed in float64 (see cpu_fast), so the result
-    does not depend on the thread count."""
+    blocks of ``cpu_fast.REDUCE_BLOCK`` elements summed in float64 (see cpu_fast), so the
+    result does not depend on the thread count."""
     ops = _reduction_operands(vals, cdt)
     if ops is None:
         return None
@@ -594,18 +594,18 @@ def _reduce_params(act, vals: list, cdt):
                 full = cpu.get_ufunc(act.name, "bwd_" + p)(xf, gf, *ps)
                 res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
         return res
-    part = np.empty(max(1, -(-n // fast.RBLOCK)), np.float64)
+    part = np.empty(max(1, -(-n // fast.REDUCE_BLOCK)), np.float64)
     res = {}
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
         elif _parallel(n):
-            k = fast.kernel(act.name, "r_" + p, True)
+            k = fast.kernel(act.name, "reduce_" + p, True)
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps),
+                        lambda: fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
         else:
-            fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
+            fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -629,14 +629,14 @@ def _fused_backward(act, vals: list, cdt, out):
             return None  # overlap: the two-pass path buffers it
         o = out
     n = xf.size
-    part = np.empty((len(ps), max(1, -(-n // fast.RBLOCK))), np.float64)
+    part = np.empty((len(ps), max(1, -(-n // fast.REDUCE_BLOCK))), np.float64)
     of = fast.mem_flat(o, order)
     if _parallel(n):
-        k = fast.kernel(act.name, "r_all", True)
+        k = fast.kernel(act.name, "reduce_all", True)
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps),
+                    lambda: fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
     else:
-        fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
+        fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads
