@@ -155,10 +155,9 @@ def _same(a, b):
 def _skew(a, n):
     """Elements of ``a`` before its first 64-byte boundary (0 below two blocks): threaded
     blocks after the first then start on a cache line. numpy's large arrays start 16 bytes
-    past one, so every 512-bit access (every other 256-bit one) straddled two lines. 16.8 M
-    elements on 2 threads, emeraldrapids: hardtanh float64 forward with 512-bit vectors
-    had been 1.06-1.10x the 256-bit time, aligned 0.96-0.98x; 256-bit loops gained too
-    (hardtanh float32 backward 0.59 -> 0.48 ns/el)."""
+    past one, so without the skew every 512-bit access (every other 256-bit one) would
+    straddle two lines, enough to make the memory-bound 512-bit loops slower than 256-bit
+    ones (``examples/bench_vectorisation.py --threads 2`` re-measures)."""
     if n < 2 * TASK_BLOCK:
         return 0
     return ((64 - a.ctypes.data % 64) % 64) // a.itemsize
@@ -206,10 +205,9 @@ def _expr(spec, ins: str, fn: str, sfx: str = "", pv: str = "p") -> str:
 def _one_by_one(ind: str, xc: str, at: str, recompute) -> str:
     """Lines recomputing, one by one, the elements of the chunk view ``xc`` outside the
     bulk domain: ``recompute(indent)`` gives the lines for element ``i`` of the chunk. The
-    loop's trip count is their number k (not countable: LLVM never vectorises it). A
-    vectorised loop ran the exact kernel on all 16 lanes: gelu_a float32 backward, 32,768
-    elements of N(0, 9) with a = 1.5 (0.5% outside), one thread 56 -> 44 us (30 with none
-    outside); in the reductions, 4.4 ns/el where the whole exact loop took 6.0."""
+    loop's trip count is their number k (not countable: LLVM never vectorises it), so the
+    exact kernel runs on those elements alone, not on every lane of a vector
+    (``examples/bench_vectorisation.py`` re-measures)."""
     i1, i2 = ind + "    ", ind + "        "
     return (f"{ind}k = 0\n"
             f"{ind}for i in range({xc}.size):\n"
@@ -312,10 +310,9 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     if o == "out":
         return head + (
             # The check inside the bulk loop (one more vcmp in it) instead of a pass of
-            # its own before it: one thread, 32,768 elements, gelu float32 26.6 -> 25.2 us.
-            # The store before the check: the other order ran gelu_a float64 6% and
-            # tanhshrink float64's forward up to 25% slower (the same instructions,
-            # scheduled worse).
+            # its own before it: one read of x fewer. The store before the check: the
+            # other order schedules the same instructions worse (gelu_a and tanhshrink
+            # float64; examples/bench_vectorisation.py re-measures both choices).
             f"    ok = True\n"
             f"    for i in range(n):\n"
             f"        out[i] = {fast_all}\n"
@@ -323,16 +320,15 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
             f"    if ok:\n"
             f"        return\n"
             # Mending (x is intact): the exact kernel on the elements outside alone,
-            # found per CHUNK. It had run on every VBLOCK holding one: gelu float32 with
-            # 128 such VBLOCKs (one element each) 108 -> 45 us, one 29.3 -> 27.4.
+            # found per DOMAIN_CHUNK, not on the whole DOMAIN_BLOCK holding one (a few
+            # scattered elements outside would otherwise cost whole blocks).
             f"{domain_blocks('    ', True)}"
         )
     return head + (
-        # In place: the whole range first (at most BLOCK elements, so the second read hits
-        # the cache): one plain bulk loop where everything is inside, the usual case.
-        # Blocks of VBLOCK with a loop per block cost ~10% (gelu float32 0.87 vs 0.77
-        # ns/el on one thread: block overhead and constants rematerialised in the nested
-        # loop).
+        # In place: the whole range first (at most TASK_BLOCK elements, so the second read
+        # hits the cache): one plain bulk loop where everything is inside, the usual case.
+        # Blocks of DOMAIN_BLOCK with a loop per block are slower there (block overhead,
+        # and constants rematerialised in the nested loop).
         f"    ok = True\n"
         f"    for i in range(n):\n"
         f"        ok &= _b_domain(x[i]{at_all})\n"
@@ -363,11 +359,10 @@ def _reduce_bulk(spec, outs) -> str:
     """:func:`_reduce_exact`'s loop from the bulk kernels of ``outs``' keys, for a domain
     that is not empty: one loop of them checks the domain as it goes and the elements
     outside are then recomputed by the exact kernels (the same bits as the exact loop:
-    the bulk kernels are the exact ones inside the domain), found per VBLOCK, then per
-    CHUNK. The exact kernels branch, so their loop stayed scalar: one thread, 2^18
-    elements of N(0, 9), backward_all gelu_a float32 (a = 1.5, 0.5% outside) 6.0 -> 3.1
-    ns/el, float64 12.6 -> 6.2, elu 2.0 -> 0.93, 3.2 -> 1.5; backward_params elu 1.15 ->
-    0.80, 1.54 -> 1.34."""
+    the bulk kernels are the exact ones inside the domain), found per DOMAIN_BLOCK, then
+    per DOMAIN_CHUNK. The exact kernels branch, so a loop of them stays scalar, where the
+    bulk loop vectorises (the asv ``BackwardAll`` and ``BackwardParams`` benchmarks
+    re-measure)."""
     at = _param_args(spec)
 
     def recompute(ind):
@@ -424,7 +419,7 @@ def _source(spec) -> str:
         # (tools/x86_asm.py, simd_report), compiled without the parfor machinery around it.
         # loop_<kind>_a<j> is the in-place variant writing to input j (out = x, or out =
         # grad_out): given out aliasing an input, LLVM's runtime alias check sends
-        # l_<kind> to its scalar loop (gelu float32 out=x: 9.6 ns/el against 0.86).
+        # loop_<kind> to its scalar loop, an order of magnitude slower.
         for j, o in [(None, "out"), *enumerate(ins_l)]:
             sfx, oarg = variant(j), (", out" if j is None else "")
             # Views from 0: with i in range(lo, hi) Numba's negative-index wraparound stays
@@ -487,10 +482,10 @@ def _source(spec) -> str:
             body = _reduce_loop(spec, body, _reduce_bulk(spec, outs))
         elif spec.bulk.keys() & {k for _, k in outs}:
             # Some kernels bulk, some not: a loop each over the block while it is in
-            # cache (xsilu float32 3.1 -> 2.1 ns/el on one thread, float64 5.3 -> 3.8).
-            # One loop for all is faster where they are alike (elu float64 1.5 against
-            # 2.3 in separate loops, squareplus 2.4 against 3.6), and where the domain is
-            # empty (xielu float64: the one exact loop, as without bulk kernels).
+            # cache, so the bulk ones keep a vector loop (xsilu). One loop for all is
+            # faster where they are alike (elu, squareplus), and where the domain is
+            # empty (xielu float64: the one exact loop, as without bulk kernels). The asv
+            # BackwardAll benchmark re-measures.
             body = _reduce_loop(spec, body, "".join(
                 (_reduce_bulk if k in spec.bulk else _reduce_exact)(spec, [(b, k)])
                 for b, k in outs))
@@ -581,12 +576,12 @@ def kernel(name: str, kind: str, parallel: bool = True, alias=None):
 
 def _serial_copy(fn):
     """``fn`` under another name for its single-thread build. Numba's cache keys a
-    function by its name, signature, CPU and bytecode, not by ``parallel``: both builds
-    of one function shared an index, and whichever was saved first was loaded for the
-    other. A process whose first call took the single-thread build (a small array
-    through cpu_backend._run_loops, or the busy-machine guard's fallback) left every
-    later process a serial "threaded" kernel: gelu float32 forward, 2^24 elements, 2
-    threads, 0.97 ns/el from such a cache entry against 0.49-0.65 freshly compiled."""
+    function by its name, signature, CPU and bytecode, not by ``parallel``: under one
+    name both builds would share an index, and whichever was saved first would be loaded
+    for the other. A process whose first call took the single-thread build (a small
+    array through cpu_backend._run_loops, or the busy-machine guard's fallback) would
+    leave every later process a serial "threaded" kernel, about half as fast on two
+    threads (tests/test_cache_key.py checks that the two builds stay apart)."""
     g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
                            fn.__defaults__, fn.__closure__)
     g.__qualname__ = fn.__qualname__ + "_serial"
@@ -671,26 +666,24 @@ _par_threadsafe = False
 
 
 # Busy-machine guard. A threaded call needs every core: while other processes hold them,
-# it waits for the scheduler and OpenMP's spinning workers (measured here with
-# examples/bench_threading.py, 2 cores, omp, two busy processes: iglu f32 on 1e5 elements
-# 6.7 ms threaded against 0.10 ms on one thread, 5.6 ms against 1.0 ms on 1e6; idle, the
-# threaded calls take 0.07 and 0.53 ms). The workqueue layer never collapsed but costs
-# 0.21 ms idle at 1e5 (2x one thread), so omp stays and each kernel is watched instead:
-# its first large call runs on one thread (the baseline: per-element time, the best seen);
-# threaded calls must not lose to it (LOSS); two that do in a row send the kernel's calls to one
-# thread for a cooldown that doubles while the probe after it is still slow (COOL_MIN to
-# COOL_MAX s). Costs two clock reads per call of >= cpu_backend.THRESHOLD elements.
+# it waits for the scheduler and OpenMP's spinning workers, and takes many times as long
+# as the same call on one thread (examples/bench_threading.py shows it: omp, with busy
+# processes on every core). The workqueue layer does not collapse but is slower on an idle
+# machine, so omp stays and each kernel is watched instead: its first large call runs on
+# one thread (the baseline: per-element time, the best seen); threaded calls must not lose
+# to it (LOSS); two that do in a row send the kernel's calls to one thread for a cooldown
+# that doubles while the probe after it is still slow (COOL_MIN to COOL_MAX s). Costs two
+# clock reads per call of >= cpu_backend.THRESHOLD elements.
 # Baselines are kept per kernel, dtype and size class (a factor of 4 in elements): one
 # dispatcher serves float32 and float64, and a cache-resident call's time per element is
-# no yardstick for a memory-bound one. (Keyed by the kernel alone, the float32 baseline
-# sent float64 silu at 16.8M elements to one thread: 1.2 ns/el against 0.57 threaded.)
-# A threaded call loses when it takes more than LOSS times the baseline: in a bench run
-# (16.8M elements, 10 activations, 2 dtypes, ~400 threaded calls) their medians were
-# 0.40-0.92 of it, but memory-bound kernels (identity, hardtanh, relu float64 at 0.85-0.92)
-# crossed 1.0 in a slow-memory second (1.07-1.48, against the best one-thread time ever
-# seen), and two such in a row tripped the guard in each of three such runs (1-4 times);
-# contention made them 5.6-67x (above). 1.25 keeps the issue's bound (never 2x slower
-# than one thread) with room.
+# no yardstick for a memory-bound one (a float32 baseline would send float64 calls to one
+# thread).
+# A threaded call loses when it takes more than LOSS times the baseline. Uncontended,
+# threaded calls take well under the baseline, but memory-bound kernels (identity,
+# hardtanh, relu float64) come close to it and can cross it in a slow-memory second
+# (against the best one-thread time ever seen); contention makes them several times
+# slower. 1.25 keeps a threaded call from ever being twice as slow as one thread, with
+# room for that noise (``iglu-np bench`` reports the guard's trips).
 LOSS = 1.25
 COOL_MIN, COOL_MAX = 0.125, 4.0
 _guard: dict = {}  # (kernel, dtype, size class) -> [single s/element, slow calls, until, period]
