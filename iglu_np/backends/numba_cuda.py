@@ -151,9 +151,9 @@ def _cuda_fma(cuda):
 def _horner_intrinsic():
     """``_math.horner`` for the GPU as a Numba intrinsic: the coefficient tuple is unrolled
     at compile time with static element reads. The plain loop indexes the tuple with a
-    runtime k, which Numba lowers to a switch that NVVM does not unroll (iglu.dx was 864
-    PTX instructions with ~400 branches; unrolled it is straight-line FMAs). Same operation
-    order as the Python helper: r = T(c[n-1]); r = r*v + T(c[k])."""
+    runtime k, which Numba lowers to a switch that NVVM does not unroll (iglu.dx becomes
+    864 PTX instructions with ~400 branches; unrolled it is straight-line FMAs). Same
+    operation order as the Python function: r = T(c[n-1]); r = r*v + T(c[k])."""
     from numba.core import types
     from numba.core.extending import intrinsic
 
@@ -209,10 +209,10 @@ def _math_namespace(rb):
 
 
 def _horner_overload():
-    """``_math.horner`` unrolled for numba-cuda-mlir (by a helper session): an ``@overload``
-    whose implementation is generated per coefficient count with constant tuple indices
-    (iglu.dx: 151 PTX instructions, 11 branches, no local memory; the plain loop's runtime
-    index gave ~575 and 239). Same operation order as the helper."""
+    """``_math.horner`` unrolled for numba-cuda-mlir: an ``@overload`` whose implementation
+    is generated per coefficient count with constant tuple indices (iglu.dx: 151 PTX
+    instructions, 11 branches, no local memory, where the plain loop's runtime index gives
+    ~575 and 239). Same operation order as the Python function."""
     from numba_cuda_mlir.numba_cuda import types
     from numba_cuda_mlir.numba_cuda.extending import overload
 
@@ -330,9 +330,10 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     elif ndim == 1:
         # Four independent elements per thread and step, all loaded before any is
         # computed or stored: out may alias x for all the compiler knows, so it could not
-        # hoist a later load above an earlier store itself. Measured on an H100 (float32,
-        # 2^26 elements, shared/design-notes.md): a one-element grid-stride Numba kernel
-        # 1.9x the copy limit, four independent elements per thread 1.5x.
+        # hoist a later load above an earlier store itself. On an H100 (float32, 2^26
+        # elements) a one-element grid-stride Numba kernel takes 1.9x the copy limit, four
+        # independent elements per thread 1.5x (``iglu-np bench --device gpu``
+        # re-measures).
         sig.append("out")
         q = [f"i + {k} * st" if k else "i" for k in range(4)]
         loads = [f"    x{k} = _CT(x[{q[k]}])" for k in range(4)]
