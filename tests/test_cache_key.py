@@ -119,8 +119,8 @@ def test_kernels_without_a_source_file_are_keyed_on_their_code():
 
 def test_key_follows_the_loaded_code_not_only_the_file():
     """A process that imported a module before it was edited compiles the old code: its
-    key must differ from the edited file's (the file alone gave the same key, and a test
-    run during an edit stored a stale xielu backward under the new key)."""
+    key must differ from the edited file's (keyed by the file alone, a test run during an
+    edit would store stale machine code under the new key)."""
     import dataclasses
     import types
 
@@ -189,9 +189,10 @@ if stage == "parallel":
 
 
 def test_serial_and_parallel_builds_do_not_share_a_cache_entry(tmp_path):
-    """Numba's cache key has no `parallel` flag: the single-thread build of run_<kind>, saved
-    first, was loaded as the threaded one by the next process (a 2x slower 'threaded'
-    gelu). Serial build in one process, parallel in the next, one cache directory."""
+    """Numba's cache key has no `parallel` flag: under one name the single-thread build of
+    run_<kind>, saved first, would be loaded as the threaded one by the next process (a 2x
+    slower 'threaded' gelu). Serial build in one process, parallel in the next, one cache
+    directory."""
     import os
     import subprocess
     import sys
