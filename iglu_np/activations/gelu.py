@@ -544,7 +544,7 @@ def _mills_n(u, u_lo):
 
 
 @kernel
-def _h_c0_hi(x):
+def _h0(x):
     T = type(x)
     return T(H32_C0_HI) if is_f32(x) else T(H64_C0_HI)
 
@@ -566,7 +566,7 @@ def _gelu_n_value(x, a, hl, c):
     """x Phi(t) for t = a x, a >= 0: Phi(-|t|) = a (H0 + hl)(1 + c) with a = r exp(y), and
     Phi(t) = 1 - Phi(-|t|) for x >= 0."""
     T = type(x)
-    h0 = _h_c0_hi(x)
+    h0 = _h0(x)
     hc = fma(h0 + hl, c, hl)
     q = fma(a, h0, a * hc)
     return x * (q if x < T(0.0) else T(1.0) - q)
@@ -577,7 +577,7 @@ def _gelu_n_dx_value(x, u, r, hl, res, f, ex):
     """Phi(t) + t phi(t) for t = a x, a >= 0: phi(u) (M(u) - u) for x < 0, 1 - phi(u) (M(u)
     - u) for x >= 0 (u = |t|'s high part, phi M = ex G with G = M/sqrt(2 pi))."""
     T = type(x)
-    g = r * (_h_c0_hi(x) + hl)
+    g = r * (_h0(x) + hl)
     g = fma(g, res, g)
     v = fma(ex, f, ex) * (g - u * T(INV_SQRT_2PI))
     return v if x < T(0.0) else T(1.0) - v
@@ -619,7 +619,7 @@ def _gelu_n_dx_bulk(x, u, u_lo):
 
 
 @kernel
-def _ax_native_bulk(x, a):
+def _axn_bulk(x, a):
     """(u, u_lo): |a x| = a |x| = u + u_lo, exactly (the fma's error term is exact wherever
     it matters: no 1e30/1e290 guard as in two_prod, so a = 1e31, x = -5e-31 keeps it), for
     finite a x (the bulk). From |x| the low part needs no sign select, as a x's did
@@ -632,12 +632,12 @@ def _ax_native_bulk(x, a):
 
 
 @kernel
-def _ax_native(x, a):
-    """_ax_native_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
+def _axn(x, a):
+    """_axn_bulk's values, and a = 0 at x = +-inf gives 0 (never in the bulk: its a x is
     NaN there; these selects left out of the bulk loops: gelu_a float64's forward 116 ->
     104 instructions per vector)."""
     T = type(x)
-    u, u_lo = _ax_native_bulk(x, a)
+    u, u_lo = _axn_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)
     return (T(0.0) if z else u), (T(0.0) if z else u_lo)
 
@@ -717,7 +717,7 @@ def _ax(x, a):
 
 @kernel
 def gelu_a_f(x, a):
-    u, u_lo = _ax_native(x, a)
+    u, u_lo = _axn(x, a)
     if _native(u):
         return _gelu_n(x, u, u_lo)
     if is_f32(x):
@@ -728,7 +728,7 @@ def gelu_a_f(x, a):
 
 @kernel
 def gelu_a_dx(x, a):
-    u, u_lo = _ax_native(x, a)
+    u, u_lo = _axn(x, a)
     if _native(u):
         return _gelu_n_dx(x, u, u_lo)
     if is_f32(x):
@@ -737,7 +737,7 @@ def gelu_a_dx(x, a):
     return _gelu_dx_core(t_hi, t_lo)
 
 
-# The bulk of GELU_a: a x (rounded: |a x| is _ax_native's u) within the native range (a = 0 at
+# The bulk of GELU_a: a x (rounded: |a x| is _axn's u) within the native range (a = 0 at
 # x = +-inf gives NaN here: not bulk), as for GELU.
 @kernel
 def _gelu_a_bulk_domain(x, a):
@@ -746,13 +746,13 @@ def _gelu_a_bulk_domain(x, a):
 
 @kernel
 def gelu_a_f_bulk(x, a):
-    u, u_lo = _ax_native_bulk(x, a)
+    u, u_lo = _axn_bulk(x, a)
     return _gelu_n(x, u, u_lo)
 
 
 @kernel
 def gelu_a_dx_bulk(x, a):
-    u, u_lo = _ax_native_bulk(x, a)
+    u, u_lo = _axn_bulk(x, a)
     return _gelu_n_dx_bulk(x, u, u_lo)
 
 
