@@ -8,7 +8,7 @@ Each layer runs in a fresh process (Numba fixes the layer at its first parallel 
 the busy processes are plain Python loops started before and stopped after each run. The
 figures behind the busy-machine guard in iglu_np.backends.cpu_fast.
 
-Measured 2026-11-24 on the 2-core AVX-512 Xeon VM (load ~1 from other work), ms per call:
+On a 2-core AVX-512 Xeon VM (load ~1 from other work), ms per call:
 
 =========================  ======  ======  =======  ========
 busy processes, layer       1e4     1e5     1e6      1e7

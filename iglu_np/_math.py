@@ -195,10 +195,10 @@ def log1p_unit(x):
     """``log1p(x)`` for 0 <= x <= 1 (and NaN), as 2 atanh(x/(2 + x)): one division and one
     polynomial, no range reduction. s = x/(2 + x) is carried as s + s_lo (2 + x by
     Fast2Sum, the division's remainder by an fma), so the result rounds about once.
-    The bulk kernels and the exact ones that stay in [0, 1] (softplus) share it: it
-    replaced log1p's fdlibm form there (two divisions, the exponent split): one znver4
-    core, softplus forward float64 2.65 -> 2.17 ns/el, float32 1.05 -> 0.87; worst error
-    0.583 ulp float32 (every float32 in [0, 1]), 0.61 float64 (2e7 samples; log1p's: 0.79)."""
+    The bulk kernels and the exact ones that stay in [0, 1] (softplus) share it: cheaper
+    there than log1p's fdlibm form (two divisions, the exponent split) and more accurate:
+    worst error 0.583 ulp float32 (every float32 in [0, 1]), 0.61 float64 (2e7 samples;
+    log1p's: 0.79). examples/bench_vectorisation.py softplus re-measures the speed."""
     T = type(x)
     d = T(2.0) + x
     ed = (T(2.0) - d) + x  # d's rounding error, exact (2 >= x)
@@ -234,7 +234,7 @@ def exp_scaled(y, ylo):
     the underflow edge (y < -80 in float32, -700 in float64), else 1 (and m =
     exp_dw(y, ylo) exactly). m stays normal where exp is subnormal or zero, so a result
     ``(a * m * b) * s`` rounds once into the subnormal range: x * exp(x) computed with a
-    subnormal exp(x) was off by up to ~50 (float32) / ~350 (float64) subnormal steps.
+    subnormal exp(x) is off by up to ~50 (float32) / ~350 (float64) subnormal steps.
     Selects only: the loops stay SIMD. exp_scaled_over with b = 1 (its constant selects
     fold away)."""
     m, _, s = exp_scaled_over(y, ylo, type(y)(1.0))
@@ -262,13 +262,13 @@ def exp_scaled_times(y, a):
     """``(a', m, s)`` with ``a exp(y) = (a' m) s`` for y <= 0 and a > 0 (a finite), rounded
     once into the subnormal range like :func:`exp_scaled` (which this is for a < 2^64),
     also where a is so large that a e^y is normal or subnormal while exp_scaled's
-    e^(y + 64 ln2) underflows (ELU's dx with alpha = 3.7e272 at x = -1000, float64, was 0
-    for 1.9e-162): in the tail a >= 2^64 is taken as a' = a 2^-960 (2^-64 float32) and
+    e^(y + 64 ln2) underflows (ELU's dx with alpha = 3.7e272 at x = -1000, float64, is
+    1.9e-162, not 0): in the tail a >= 2^64 is taken as a' = a 2^-960 (2^-64 float32) and
     exp's argument moves by 1024 ln2 (128 ln2), on the tail's grid as exp_scaled's 64 ln2.
     a' s < 1, so m's rounding where it is subnormal stays below a spacing of the result.
     The choice on a is off exp's dependency chain: a 4-step ladder computed after the
-    tail test cost the scalar ufunc loop (a parameter of stride 0) 3.5 -> 10.9 ns/el in
-    float64, and a branch kept the SIMD loops from vectorising. Selects only."""
+    tail test would triple the scalar ufunc loop's time (a parameter of stride 0) in
+    float64, and a branch would keep the SIMD loops from vectorising. Selects only."""
     T = type(y)
     big = a >= T(_TWO_64)
     if is_f32(y):
@@ -297,7 +297,7 @@ def exp_scaled_over(y, ylo, b):
     """``(m, b', s)`` with ``exp(y + ylo) / b = (m / b') s`` for b > 0, rounded once into
     the subnormal range like :func:`exp_scaled` (which this is for b >= 2^-64: b' = b),
     also where b is so small that e^y/b is normal while exp_scaled's e^(y + 64 ln2)
-    underflows (softplus at float32 beta = 3.8e-31, x = -4e32 was 0 for 2.6e-36): in the
+    underflows (softplus at float32 beta = 3.8e-31, x = -4e32 is 2.6e-36, not 0): in the
     tail b < 2^-64 is taken as b' = b 2^128 (2^1088 float64) and exp's argument moves by
     192 ln2 (1152 ln2), so m stays normal wherever the result is (b >= the smallest
     subnormal) and never overflows (y < -80 float32, -700 float64). Selects only."""

@@ -1,11 +1,12 @@
 """Vectorisable elementary functions for the Numba CPU backend.
 
 Numba lowers ``math.atan``, ``math.exp``, ``math.tanh``... to scalar libm calls, so a loop
-that calls them is never turned into SIMD code (8 scalar calls per vector step, 15-27
-ns/element here). The functions below compute the same values with range reduction by
-*selects* (no data-dependent branches, or branches LLVM if-converts), bit manipulation of
-the exponent and polynomials on small intervals; inlined into a loop they become AVX-512
-code (about 1 ns/element for IGLU on one core).
+that calls them is never turned into SIMD code (8 scalar calls per vector step). The
+functions below compute the same values with range reduction by *selects* (no
+data-dependent branches, or branches LLVM if-converts), bit manipulation of the exponent
+and polynomials on small intervals; inlined into a loop they become AVX-512 code, an
+order of magnitude faster (``IGLU_NP_VMATH=0`` with examples/bench_vectorisation.py
+compares the two).
 
 The CPU backend substitutes :data:`MATH` (a copy of the ``math`` module with these
 functions in place of libm's) for ``math`` in the globals of every spec kernel and helper,
@@ -96,7 +97,7 @@ def _pow2(k, like):
 def horner(v, c):
     """``sum(c[k] * v**k)`` (ascending coefficients, cast to v's type) as straight-line
     code. The CPU backend compiles :func:`iglu_np._math.horner` as this: the loop over a
-    tuple there is not always fully unrolled by LLVM (degree >= 10 was not), and a loop
+    tuple there is not always fully unrolled by LLVM (degree >= 10 is not), and a loop
     left inside the element loop keeps the element loop scalar. Compiled, each step is a
     fused multiply-add (as in the C++); this Python form (the CUDA simulator's) rounds
     twice, within the simulator's ulp tolerance."""
@@ -125,8 +126,8 @@ def _horner_impl(n: int):
     impl = _HORNER_IMPLS.get(n)
     if impl is None:
         lines = ["def horner_unrolled(v, c):", "    T = type(v)", f"    r = T(c[{n - 1}])"]
-        # fused steps: 10-30% faster loops measured (gelu float32 2.58 -> 1.79 ns/el on one
-        # thread, tanh 0.76 -> 0.67) and one rounding per step; the C++ horner matches
+        # fused steps: one rounding per step and one instruction, so faster loops
+        # (examples/bench_vectorisation.py re-measures); the C++ horner matches
         lines += [f"    r = _fma(r, v, T(c[{k}]))" for k in range(n - 2, -1, -1)]
         lines.append("    return r")
         ns: dict = {"_fma": _fma}
@@ -201,7 +202,7 @@ EXP64 = (
     2.09146793765839350998e-9,
 )
 # float64 evaluated as E(r^2) + r O(r^2): two independent 5-step chains instead of one
-# of 10 (the loop was latency-bound on the Horner chain).
+# of 10, on which the loop would be latency-bound.
 EXP64_EVEN = EXP64[0::2]
 EXP64_ODD = EXP64[1::2]
 _LOG2E = 1.4426950408889634
@@ -216,8 +217,8 @@ _MAGIC32 = 12582912.0  # 1.5 * 2**23
 def _kf_r(x):
     """kf (a float) and r with x = kf ln2 + r, |r| <= ln2/2 (+ rounding); NaN for NaN.
     Fused multiply-adds: three instructions fewer than multiply-then-add (kf ln2_hi is
-    exact either way, and r's low step rounds once instead of twice); GELU's bulk loop
-    2-3.5% faster on one znver4 core (an A/B of the two forms in one process)."""
+    exact either way, and r's low step rounds once instead of twice), which makes GELU's
+    bulk loop a few percent faster (examples/bench_vectorisation.py gelu re-measures)."""
     T = type(x)
     if _f32(x):
         kf = _fma(x, T(_LOG2E), T(_MAGIC32)) - T(_MAGIC32)
@@ -233,7 +234,7 @@ def _int_k(kf):
     if _f32(kf):
         return numba.int32(kf)
     # k from the bits of kf + 1.5*2^52 (exact): AVX2 has no packed float64 -> int64
-    # conversion, and int64(kf) became four scalar conversions per vector.
+    # conversion, and int64(kf) becomes four scalar conversions per vector.
     return _bits(kf + T(_MAGIC64)) - _bits(T(_MAGIC64))
 
 
@@ -282,8 +283,9 @@ def exp(x):
 def exp_normal(x):
     """exp(x) for float64 -708.39 <= x <= 709.43, float32 -87.33 <= x <= 88.37 (exp
     normal, and 2^k finite: k <= 1023 resp. 127): the same bits as :func:`exp` there,
-    garbage elsewhere (NaN included). No clamps, one scaling step, no NaN guard: 8 fewer vector instructions,
-    silu float64 1.32 -> 1.06 ns/el on one znver4 core. For the spec's bulk kernels."""
+    garbage elsewhere (NaN included). No clamps, one scaling step, no NaN guard: 8 fewer
+    vector instructions than :func:`exp` (examples/bench_vectorisation.py silu
+    re-measures the gain). For the spec's bulk kernels."""
     T = type(x)
     kf, r = _kf_r(x)
     return (T(1.0) + _expm1_poly(r)) * _pow2(_int_k(kf), x)
@@ -293,8 +295,9 @@ def exp_normal(x):
 def mul_exp(s, x):
     """s exp(x) for s > 0, x <= 0 with exp(x) and s exp(x) normal: s (1 + p) 2^k with s (1 +
     p) one fma, where s times exp_normal's (1 + p) 2^k rounds 1 + p first. One rounding
-    and one instruction fewer in GELU's native form: float32 worst error over every float32
-    with |a x| <= 12.5, gelu 3.72 -> 3.30 ulp, gelu_a at a = 0.001 4.01 -> 3.23."""
+    and one instruction fewer in GELU's native form, which keeps float32 gelu and gelu_a
+    within 4 ulp over every float32 with |a x| <= 12.5 (the float32 sweeps of
+    tests/test_accuracy.py check it)."""
     kf, r = _kf_r(x)
     return _fma(s, _expm1_poly(r), s) * _pow2(_int_k(kf), x)
 
@@ -304,8 +307,8 @@ def exp_expm1_neg(x):
     """(exp(x), expm1(x)) for float64 -708.39 <= x <= 0, float32 -87.33 <= x <= 0: the bits
     of :func:`exp_normal` and :func:`expm1` there, from one reduction and one polynomial
     (expm1's own reduction is this one down to its clamp, -41.6 / -20, below which both
-    give -1). For the spec's bulk kernels that need both (xSiLU's gate):
-    one znver4 core, xsilu float64 forward 2.11 -> 1.29 ns/el, backward 2.44 -> 1.60."""
+    give -1). For the spec's bulk kernels that need both (xSiLU's gate), which would
+    otherwise reduce x twice (examples/bench_vectorisation.py xsilu re-measures)."""
     T = type(x)
     kf, r = _kf_r(x)
     p = _expm1_poly(r)

@@ -58,9 +58,9 @@ def _median_time(fn, repeats, min_time):
 # below the core count (the bench's own threads excluded: load measured before it starts);
 # the CPU's speed steady through the run (CANARY_MAX: a fixed compute-bound call timed
 # before the run and after every activation) and the memory's (DRIFT_MAX: the limits
-# measured before and after each block). On a shared VM (2026-11-26) two runs minutes
-# apart both passed the first three checks while sigmoid float64, unchanged between them,
-# took 0.67 and 1.14 ns/el, and the copy limit moved by 37%.
+# measured before and after each block): on a shared VM two runs minutes apart can both
+# pass the first three checks while an unchanged kernel's time and the copy limit move by
+# a third or more between them.
 IDENTITY_MAX = 1.5
 SPREAD_MAX = 1.5
 CANARY_MAX = 1.3

@@ -118,8 +118,9 @@ def test_gelu_float32_subnormal_tail_in_subnormal_ulps(name, kind, bound):
     assert max(err) <= bound, (max(err), x[int(np.argmax(err))])
 
 
-# The worst points of sweeps over every float32 (below; every 16th float32 for mish): over
-# the README's 4 ulp before the fixes of 2026-11-27 (sixth session), each noted.
+# The worst points of sweeps over every float32 (below; every 16th float32 for mish):
+# points where a plainer evaluation exceeds the README's 4 ulp, each noted with that
+# error and its cause.
 _WORST32 = [
     ("gelu_a", -12158.935546875, {"a": 0.001}),  # 4.01: r exp(y) rounded twice
     ("gelu_a", -12104.7861328125, {"a": 0.001}),
@@ -195,8 +196,8 @@ def test_iglu_float64_dx_where_pi_half_minus_s_cancels(sigma):
     # For -1 <= t < 0, pi IGLU' = pi/2 - S(|t|) cancels by up to 4.5x near t = -1. float64
     # computes S from D's polynomial with u^3's and P - 2/(1+u^2)'s roundings carried as a
     # low part: worst 2.85/3.37/3.42 ulp (these sigmas) over 15,000 points; selecting R's
-    # polynomial instead (the float64 form before 2026-11-26, and float32's) gave
-    # 3.78/3.88/3.98 there and 3.61/4.09/4.45 on these 2,000 points.
+    # polynomial instead (float32's form) gives 3.78/3.88/3.98 there and 3.61/4.09/4.45
+    # on these 2,000 points.
     spec = iglu_np._spec.REGISTRY["iglu"]
     rng = np.random.default_rng(3)
     x = rng.uniform(-1.0, -0.3, 2000) / sigma
@@ -265,11 +266,11 @@ def test_underflow_edge_with_parameters(name, dtype):
     assert not bad, bad
 
 
-# Found by a random search over the parameter domains (2026-11-26): beta x decides
-# PyTorch's branch and must be decided on the exact product. threshold = 0 with an
-# underflowing product returned log(2)/beta (6.9e24 for x = beta = 1e-25) instead of x;
-# beta >= 1e30 (float32) lost the product's low part (two_prod's Dekker-era guard) and
-# took the wrong branch at y = threshold (9e5 ulp) or rounded exp's argument (28 ulp).
+# Found by a random search over the parameter domains (tools/accuracy_search.py): beta x
+# decides PyTorch's branch and must be decided on the exact product. With threshold = 0
+# an underflowing product must give x, not log(2)/beta (6.9e24 for x = beta = 1e-25);
+# for beta >= 1e30 (float32) two_prod's guard drops the product's low part, which would
+# take the wrong branch at y = threshold (9e5 ulp) or round exp's argument (28 ulp).
 _SOFTPLUS_EDGES = [
     (np.float32, 1e-25, 1e-25, 0.0),
     (np.float64, 1e-30, 1e-300, 0.0),
@@ -277,12 +278,11 @@ _SOFTPLUS_EDGES = [
     (np.float32, -1.0000000031710769e-30, 5.000000165906768e+31, 20.0),
     (np.float32, -3e-30, 1e31, 20.0),
     (np.float64, -4.680817013954923e-297, 1.2657926237370502e+298, -59.24943649327027),
-    # |y| >= 1e30 (float32, 1e290 float64): the test lost the residual and with it the
-    # branch at y = threshold (dx 0 for 1; round 2 of the search, 2026-11-27)
+    # |y| >= 1e30 (float32, 1e290 float64): without the residual the test would lose the
+    # branch at y = threshold (dx 0 for 1)
     (np.float32, -1712096768.0, 1.1225505657259997e+21, -1.9219152091745686e+30),
     (np.float64, -1.7e300, 1.1e-5, -1.8700000000000001e+295),
-    # a subnormal threshold: fma's residual underflowed (2.3e12 for 4.8e-33; round 3,
-    # 2026-11-27)
+    # a subnormal threshold: fma's residual underflows (unguarded: 2.3e12 for 4.8e-33)
     (np.float32, 4.778039601969029e-33, 2.9686225266195576e-13, 1.401298464324817e-45),
     (np.float64, -1.23889e-318, 0.37, -4.5839e-319),
     # x = 0 with a huge beta (its scaled residual must not be inf * 0)
@@ -305,7 +305,7 @@ def test_softplus_branch_on_the_exact_product(dtype, x, beta, threshold):
 
 
 # CELU with alpha so large that q = x/alpha is subnormal or 0 (the same search): alpha
-# expm1(q) lost q's bits (66 ulp) or gave -0; now x (1 + q/2) for |q| < 2^-30.
+# expm1(q) loses q's bits (66 ulp) or gives -0, hence x (1 + q/2) for |q| < 2^-30.
 _CELU_EDGES = [
     (np.float32, -4.0121071305384547e-28, 2.5672287802367537e+29),
     (np.float32, -8.342224209600263e-15, 4.0099020693468734e+30),
@@ -330,12 +330,12 @@ def test_celu_quotient_below_two_to_minus_30(dtype, x, alpha):
 
 
 # In-domain parameters so large (or small) that an intermediate over- or underflowed
-# where the result does not (the random search of 2026-11-26; before the fix each gave
-# 0, inf or thousands of ulp): sigma x or (pi sigma) sigma overflowing to a 0 where the
-# value is subnormal (z_gate, z_approx, iglu's d_sigma; for z_gate and z_approx also an
-# ordinary sigma with x near the dtype's maximum), x^2 overflowing where x^2/pi
-# does not (iglu d_sigma), alpha e^x with e^(x + 64 ln 2) underflowing (elu dx), x^2
-# underflowing under alpha_n's factor (xielu's value, once of the wrong sign). Errors
+# where the result does not (found by tools/accuracy_search.py; computed plainly each
+# gives 0, inf or thousands of ulp): sigma x or (pi sigma) sigma overflowing to a 0 where
+# the value is subnormal (z_gate, z_approx, iglu's d_sigma; for z_gate and z_approx also
+# an ordinary sigma with x near the dtype's maximum), x^2 overflowing where x^2/pi does
+# not (iglu d_sigma), alpha e^x with e^(x + 64 ln 2) underflowing (elu dx), x^2
+# underflowing under alpha_n's factor (xielu's value, of the wrong sign). Errors
 # are measured down to the subnormal spacing: the default floor (the smallest normal
 # number) would pass a 0 for a subnormal value.
 _EXTREME_PARAMETERS = [
@@ -363,7 +363,7 @@ _EXTREME_PARAMETERS = [
     ("z_approx", np.float64, [-np.inf, np.inf, -1e300], {"sigma": 2.09e-316}),
     ("iglu_approx", np.float32, [np.inf, -np.inf, 3e38], {"sigma": 4.68e-42}),
     ("iglu_approx", np.float64, [np.inf, -np.inf, 1e308], {"sigma": 2.5e-323}),
-    # 1/x subnormal where sigma is no larger: 4.0-4.05 ulp (the search of 2026-11-27)
+    # 1/x subnormal where sigma is no larger (plainly: 4.0-4.05 ulp)
     ("iglu_approx", np.float32, [-3.4028228579130005e+38, 3.4028114997636224e+38, -3e38, 1e30],
      {"sigma": 2.802596928649634e-45}),
     ("iglu_approx", np.float32, [-3.4023214767475982e+38, 2e38], {"sigma": 1.37887768889562e-42}),
@@ -383,11 +383,11 @@ _EXTREME_PARAMETERS = [
     ("xsilu", np.float32, [-83.52, -1e-3, 3.0, -3.0], {"alpha": 3.4e38}),
     ("xsilu", np.float64, [-711.0, -800.0, 2.0, -1e-3], {"alpha": 1.7976931348623157e308}),
     # x times a gate already rounded: 1 + alpha rounded to 1, so x = max stayed max where
-    # x (1 + alpha) lies above the overflow threshold (inf; the search of 2026-11-27)
+    # x (1 + alpha) lies above the overflow threshold (inf)
     ("xsilu", np.float32, [3.4028234663852886e38, 3.4028e38, 1e38], {"alpha": 3.37e-8}),
     ("xsilu", np.float64, [1.7976931348623157e308, 1.79769e308], {"alpha": 8e-17}),
     # x times the factor a x + beta already rounded (up): inf where x (a x + beta) lies
-    # below the overflow threshold (max; float32 now takes float64)
+    # below the overflow threshold (max; float32 takes float64 for it)
     ("xiprelu", np.float32, [1.4050877894163431e+19, 1.405087e+19],
      {"alpha_p": 1.7235841751098633, "alpha_n": 0.8, "beta": 0.018459901213645935}),
     ("xiprelu", np.float32, [-5501231409659904.0, -5.5012e15],
@@ -413,8 +413,7 @@ _EXTREME_PARAMETERS = [
     ("xiprelu", np.float64, [1.7e308, 1e308, -1e308],
      {"alpha_p": 0.01, "alpha_n": 20.24, "beta": -4.7e-25}),
     # softplus at x = max, y = beta x in (16, 36): (y + log1p(e^-y))/beta rounded the sum,
-    # then the quotient, over the overflow threshold (inf where the truth rounds to max;
-    # the search of 2026-11-27)
+    # then the quotient, over the overflow threshold (inf where the truth rounds to max)
     ("softplus", np.float32, [3.4028234663852886e38, 3.4e38, 1e38],
      {"beta": 4.76131790909822e-38, "threshold": 9.731130924594755e35}),
     ("softplus", np.float64, [1.7976931348623157e308, 1.79e308, 1e308],
@@ -436,8 +435,8 @@ _EXTREME_PARAMETERS = [
      {"beta": 1e-300, "threshold": 20.0}),
     ("softplus", np.float64, [-7.5e307, -1e308, -1.5e308, -1.79e308], {"beta": 1e-305, "threshold": 20.0}),
     ("softplus", np.float64, [-7e14, -7.7e14, -7.8e14, -7.85e14, -7.9e14, -8e14], {"beta": 1e-12, "threshold": 20.0}),
-    # a x + beta cancelling with a huge a or x: two_prod's error term was dropped for
-    # |a| or |x| >= 1e30 (1e290), a relic of Dekker's split
+    # a x + beta cancelling with a huge a or x, beyond two_prod's cut-off of its error
+    # term (|a| or |x| >= 1e30, 1e290 float64; a relic of Dekker's split)
     ("xiprelu", np.float32, [2.49999932754146e-36, 2.4e-36, 1e-37],
      {"alpha_p": 1.0000000409184788e35, "alpha_n": 258.2418518066406, "beta": -0.5}),
     ("xiprelu", np.float32, [1.5364033223137566e35, 1.5e35],
@@ -488,8 +487,8 @@ _EXTREME_PARAMETERS = [
      {"alpha_p": 1e35, "alpha_n": 0.8, "beta": -1e35}),
     ("xiprelu", np.float64, [1.0000000000000002, 1.5, 0.9999999999999999],
      {"alpha_p": 1e295, "alpha_n": 0.8, "beta": -1e295}),
-    # a x + beta subnormal (subnormal a and beta), its rounding magnified by x (the random
-    # search of 2026-11-27: up to 6.2e6 ulp)
+    # a x + beta subnormal (subnormal a and beta), its rounding magnified by x (up to 6.2e6
+    # ulp if rounded)
     ("xiprelu", np.float64, [33999913.29590821, 9e6],
      {"alpha_p": 2e-323, "alpha_n": 5.028130640429331e-119, "beta": -5.39e-321}),
     ("xiprelu", np.float64, [-116099.11181098239, -18053.684702206283],
@@ -557,8 +556,8 @@ def test_xatlu_subnormal_x_rounds_once(dtype, alpha):
 def test_xielu_value_near_expm1_eps(dtype, eps):
     """xIELU between eps and 0 is alpha_n (expm1(eps) - x) + beta x, which cancels near
     x = expm1(eps): the rounded expm1(eps) (eps < -1; alpha_n = 1, beta = 0.01, eps = -2:
-    18 ulp float32, 6.4 float64) or expm1(eps) - eps (eps = -0.85: 25 ulp float32) left
-    their rounding in it; expm1(eps) is now a double-word."""
+    18 ulp float32, 6.4 float64) or expm1(eps) - eps (eps = -0.85: 25 ulp float32) would
+    leave their rounding in it, so expm1(eps) is a double-word."""
     e = float(np.expm1(dtype(eps)))
     k = np.arange(-6, 7)
     xs = np.concatenate([e + k * float(np.spacing(dtype(e))), e * (1 + k * 1e-3)])
@@ -570,8 +569,8 @@ def test_xielu_value_near_expm1_eps(dtype, eps):
 @pytest.mark.parametrize("an,beta", [(39.584766442951285, 39.58476644295127), (1e10, 1e10 * (1 - 1e-12))])
 def test_xielu_dx_root_with_alpha_n_near_beta(an, beta):
     """float64 xIELU dx near its root x0 = log(1 - beta/alpha_n) with alpha_n - beta a few
-    ulps: log1p(-beta/alpha_n) put x0's leading part 0.15 off, beyond the Newton step
-    that refines it (58,560 ulp at x = -18.73, the search of 2026-11-26)."""
+    ulps: log1p(-beta/alpha_n) puts x0's leading part 0.15 off, beyond the Newton step
+    that refines it (58,560 ulp at x = -18.73 if used)."""
     x0 = math.log((an - beta) / an)
     xs = [-18.734724323404013, 0.55 * x0, 0.9 * x0, 1.1 * x0, 1.9 * x0]
     _check_points_subnormal("xielu", np.float64, xs,

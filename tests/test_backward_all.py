@@ -85,19 +85,20 @@ BULK_PARAMS = sorted(n for n, s in REGISTRY.items()
 @pytest.mark.parametrize("name", BULK_PARAMS)
 def test_reductions_mend_elements_outside_the_bulk_domain(name):
     """The reductions run the bulk kernels and recompute the elements outside their
-    domain with the exact ones (one by one, per CHUNK): here far tails and infinities
-    sit in several VBLOCKs and CHUNKs of both reduction blocks, alone and in runs. The
+    domain with the exact ones (one by one, per DOMAIN_CHUNK): here far tails and infinities
+    sit in several DOMAIN_BLOCKs and DOMAIN_CHUNKs of both reduction blocks, alone and in runs. The
     references are the exact ufuncs (grad_x) and a float64 sum of grad_out times the
     exact elementwise derivative (the gradients), not the fused loops themselves."""
     act = iglu_np.get(name)
     spec = REGISTRY[name]
     rng = np.random.default_rng(3)
-    n = 20000  # > RBLOCK: two reduction blocks and a partial one
+    n = 20000  # > REDUCE_BLOCK: two reduction blocks and a partial one
     for dt in (np.float32, np.float64):
         x = (rng.standard_normal(n) * 4).astype(dt)
         far = np.array([-1e30, 1e30, -np.inf, np.inf, -60.0, 40.0, -700.0, 1e4], dtype=dt)
         pos = np.r_[5, 17, 18, 19, 300, 4095, 4096, 4100, 9000, 9001, 9016, 12288, 19999]
-        pos = np.r_[pos, np.arange(600, 600 + 20)]  # a run: more than FEW in a VBLOCK
+        # a run: more than MAX_OUTSIDE in a DOMAIN_BLOCK
+        pos = np.r_[pos, np.arange(600, 600 + 20)]
         x[pos] = far[np.arange(pos.size) % far.size]
         g = rng.standard_normal(n).astype(dt)
         params = {p: spec.defaults[p] for p in spec.param_names}
@@ -121,8 +122,8 @@ def test_reductions_mend_elements_outside_the_bulk_domain(name):
 @pytest.mark.parametrize("name", ["gelu_a", "xielu", "iglu"])
 def test_strided_and_broadcast_operands_take_the_reductions(name, monkeypatch):
     """Strided, reversed and broadcast operands are copied to one layout and reduced by
-    the loops (the ufunc + numpy sum path took 5-15 ns/el): the same gradients as the
-    loops give on those copies, close to a float64 sum of the exact elementwise terms;
+    the loops (the ufunc + numpy sum path is several times slower): the same gradients as
+    the loops give on those copies, close to a float64 sum of the exact elementwise terms;
     backward_all with out= a strided view of grad_out itself reads grad_out first."""
     from iglu_np.backends import cpu_backend
 

@@ -110,8 +110,8 @@ def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
 
 
 def test_quiet_check_takes_limits_without_both_measurements():
-    # JSON from before the drift check (no *_runs), mixed with new limits: no drift figure
-    # from the old ones, and no comparison of None
+    # JSON written without the drift check (no *_runs), mixed with limits that have it: no
+    # drift figure from the former, and no comparison of None
     from iglu_np import bench
 
     old = {"dtype": "float32", "n": 10**4, "copy": 1.0, "two_in_one_out": 2.0}

@@ -81,18 +81,18 @@ def test_bulk_kernels_equal_exact_in_domain(name, dtype):
 def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
     act = iglu_np.get(name)
     spec = act.spec
-    n = 5 * cpu_fast.VBLOCK + 37
+    n = 5 * cpu_fast.DOMAIN_BLOCK + 37
     rng = np.random.default_rng(7)
     x0 = (rng.standard_normal(n) * 8).astype(dtype)
     # blocks 0 and 2 hold elements outside any float domain (recomputed alone; block 2's
-    # in two CHUNKs, the later one past the first's, which must not end the search),
-    # block 3 more than FEW (recomputed whole), block 4 (the partial last one) one at its
-    # end; block 1 stays in the bulk
+    # in two DOMAIN_CHUNKs, the later one past the first's, which must not end the
+    # search), block 3 more than MAX_OUTSIDE (recomputed whole), block 4 (the partial last
+    # one) one at its end; block 1 stays in the bulk
     x0[0] = np.nan
-    x0[2 * cpu_fast.VBLOCK + 5] = -np.inf
-    x0[2 * cpu_fast.VBLOCK + 6] = -1e4
-    x0[2 * cpu_fast.VBLOCK + 7 * cpu_fast.CHUNK + 3] = np.nan
-    many = 3 * cpu_fast.VBLOCK + 9 + 2 * np.arange(cpu_fast.FEW + 1)
+    x0[2 * cpu_fast.DOMAIN_BLOCK + 5] = -np.inf
+    x0[2 * cpu_fast.DOMAIN_BLOCK + 6] = -1e4
+    x0[2 * cpu_fast.DOMAIN_BLOCK + 7 * cpu_fast.DOMAIN_CHUNK + 3] = np.nan
+    many = 3 * cpu_fast.DOMAIN_BLOCK + 9 + 2 * np.arange(cpu_fast.MAX_OUTSIDE + 1)
     x0[many] = np.where(np.arange(many.size) % 2 == 0, -1e4, np.nan)
     x0[-1] = np.inf
     g = rng.standard_normal(n).astype(dtype)
@@ -104,7 +104,7 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
             ins = (x0, g) if kind == "bwd" else (x0,)
             with np.errstate(all="ignore"):
                 want = act._ufunc(kind)(*ins, *pv)
-            # the l_<kind> loop itself (act.backward may take the fused reduction instead)
+            # loop_<kind> itself (act.backward may take the fused reduction instead)
             _same(backends.run(act._p, kind, ins, params, None), want)
             # in place (out = x; out = grad_out or x for bwd): the loops' in-place
             # variants, which read the domain before a block is written
@@ -112,7 +112,7 @@ def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
                 cp = [a.copy() for a in ins]
                 backends.run(act._p, kind, tuple(cp), params, cp[j])
                 _same(cp[j], want)
-                # l_<kind> itself given out aliasing an input (the backend never does)
+                # loop_<kind> itself given out aliasing an input (the backend never does)
                 cp = [a.copy() for a in ins]
                 cpu_fast.plan(name, kind, np.dtype(dtype))[0](*cp, cp[j], 0, n, *pv)
                 _same(cp[j], want)

@@ -14,7 +14,7 @@ CHILD = textwrap.dedent("""
     from iglu_np.backends import cpu_fast
     if sys.argv[2] == "unlocked":
         cpu_fast.fcntl = None
-    loop = cpu_fast._module(REGISTRY["relu"]).l_fwd
+    loop = cpu_fast._module(REGISTRY["relu"]).loop_fwd
     cf = loop._cache._cache_file
     load = cf._load_index
     def slow_load():
@@ -30,7 +30,7 @@ CHECK = textwrap.dedent("""
     from numba import types as nbt
     from iglu_np._spec import REGISTRY
     from iglu_np.backends import cpu_fast
-    loop = cpu_fast._module(REGISTRY["relu"]).l_fwd
+    loop = cpu_fast._module(REGISTRY["relu"]).loop_fwd
     index = loop._cache._cache_file._load_index()
     names = sorted(index.values())
     bad = []

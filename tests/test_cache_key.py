@@ -123,8 +123,8 @@ def test_kernels_without_a_source_file_are_keyed_on_their_code():
 
 def test_key_follows_the_loaded_code_not_only_the_file():
     """A process that imported a module before it was edited compiles the old code: its
-    key must differ from the edited file's (the file alone gave the same key, and a test
-    run during an edit stored a stale xielu backward under the new key)."""
+    key must differ from the edited file's (keyed by the file alone, a test run during an
+    edit would store stale machine code under the new key)."""
     import dataclasses
     import types
 
@@ -160,8 +160,8 @@ def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatc
         return p
 
     h0, h1, h2 = "0" * 16, "1" * 16, "2" * 16
-    stale = [touch(f"relu_{h0}.py", old), touch(f"__pycache__/relu_{h0}.k_fwd-9.py311.nbi", old),
-             touch(f"__pycache__/relu_{h0}.k_fwd-9.py311.1.nbc", old)]
+    stale = [touch(f"relu_{h0}.py", old), touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.nbi", old),
+             touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.1.nbc", old)]
     h3 = "3" * 16
     kept = [touch(f"relu_{h1}.py", time.time()),  # another key, written recently
             # one file of a key written recently keeps the whole key
@@ -193,9 +193,10 @@ if stage == "parallel":
 
 
 def test_serial_and_parallel_builds_do_not_share_a_cache_entry(tmp_path):
-    """Numba's cache key has no `parallel` flag: the single-thread build of k_<kind>, saved
-    first, was loaded as the threaded one by the next process (a 2x slower 'threaded'
-    gelu). Serial build in one process, parallel in the next, one cache directory."""
+    """Numba's cache key has no `parallel` flag: under one name the single-thread build of
+    run_<kind>, saved first, would be loaded as the threaded one by the next process (a 2x
+    slower 'threaded' gelu). Serial build in one process, parallel in the next, one cache
+    directory."""
     import os
     import subprocess
     import sys
@@ -207,5 +208,5 @@ def test_serial_and_parallel_builds_do_not_share_a_cache_entry(tmp_path):
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "PARFOR"
-    idx = sorted(p.name for p in tmp_path.rglob("fast_relu_*k_fwd*.nbi"))
+    idx = sorted(p.name for p in tmp_path.rglob("fast_relu_*run_fwd*.nbi"))
     assert len(idx) == 2 and any("_serial" in n for n in idx), idx

@@ -265,7 +265,7 @@ def _has_fma():
 @pytest.mark.parametrize("name", NAMES)
 def test_host_cxx_with_fma_contraction_within_ulp(host_libs, name):
     """NVRTC contracts a*b+c into FMA by default: the stable forms must not depend on the
-    rounding of such products (the design notes' naive IGLU broke by 196x under FMA)."""
+    rounding of such products (a naive IGLU is off by 196x under FMA)."""
     _host_vs_cpu(host_libs, name, ("-O2", "-mfma", "-ffp-contract=fast"), max_ulp=CROSS_ULP)
 
 

@@ -11,7 +11,7 @@ import pytest
 pytestmark = [
     pytest.mark.xdist_group("nn_estimator"),  # module fixtures: run once, on one worker
     # these tests train a few epochs on purpose (speed); the warning itself is tested in
-    # tests/test_issue20.py
+    # tests/test_edge_cases.py
     pytest.mark.filterwarnings("ignore::iglu_np.nn.estimator.ConvergenceWarning"),
 ]
 

@@ -3,7 +3,7 @@ parameters compute ``prep(*params)`` once per thread and call ``fn(x, *params, *
 per element. It must give the exact kernel's bits for every x and parameter set: on the
 CPU (Numba), in the host-compiled C++ (the entry points the CuPy vector kernels call),
 and the kernels must really compute it once (xIELU's float64 root, whose per-element
-recomputation made the float64 backward 3.5x the bandwidth limit on an H100)."""
+recomputation would make the float64 backward 3.5x the bandwidth limit on an H100)."""
 from __future__ import annotations
 
 import ctypes
@@ -179,9 +179,10 @@ _SCALE_MARK = re.compile(r"0d03F0000000000000")
 @pytest.mark.parametrize("name", ["xielu", "xiprelu"])
 def test_quad_scale_before_the_grid_stride_loop(name):
     """x (a x + beta)'s float64 scaling depends on the parameters alone: in the vector
-    forward it is computed before the first load, not per element (NVVM had left it in
-    the loop, behind short-circuit branches; xIELU's H100 forward went 0.98x -> 1.27x the
-    copy limit). float32 needs none (it takes float64): no compare of it remains."""
+    forward it is computed before the first load, not per element (left to NVVM, it stays
+    in the loop behind short-circuit branches: xIELU's H100 forward then takes ~1.3x the
+    copy limit instead of ~1x). float32 needs none (it takes float64): no compare of it
+    remains."""
     ok, why = H.nvrtc_status()
     if not ok:
         pytest.skip(why)

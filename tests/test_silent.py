@@ -52,7 +52,8 @@ def test_out_overlapping_an_operand_gives_numpys_answer(name, dt, n, shift, whic
         assert np.array_equal(got, want, equal_nan=True), (name, op, n, shift, which)
 
 
-def test_the_issue_reproducer():
+def test_backward_out_is_x_with_grad_out_shifted_one_behind():
+    # the case issue #20 reported: out = x = b[1:], grad_out = b[:-1]
     b = np.arange(1.0, 3002.0)
     v = b[1:]
     got = iglu_np.relu.backward(v, b[:-1], out=v)
@@ -72,9 +73,10 @@ _OUT_VIEWS = {
 @pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["float32", "float64"])
 def test_strided_out_is_written_at_its_stride(view, n, dt):
     """out= a strided or reversed view of a larger buffer, contiguous operands: each value
-    lands in its own element and nothing outside the view changes. Numba's ufunc loop
-    wrote such an out contiguously (relu(x, out=buf[::2]) filled buf[0:5]; a reversed out
-    was written past its end: heap corruption), by the public call and by ``.ufunc``."""
+    lands in its own element and nothing outside the view changes, by the public call and
+    by ``.ufunc``. Numba's ufunc loop can write such an out contiguously (relu(x,
+    out=buf[::2]) filling buf[0:5]; a reversed out written past its end: heap
+    corruption)."""
     rng = np.random.default_rng(n)
     for name in ("relu", "gelu", "iglu", "softplus"):
         act = iglu_np.get(name)
@@ -195,9 +197,10 @@ _TAILS = {  # (call, mpmath truth, bound): x * exp(x)-like results that go subno
 @pytest.mark.parametrize("what", sorted(_TAILS))
 @pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["float32", "float64"])
 def test_subnormal_tails_round_once(what, dt):
-    """#20 row 5: silu(float32(-103.95)) gave -1.457e-43 against -7.43e-44 (51 steps): the
-    exp was already subnormal before the product. Across the whole underflow tail the
-    results now stay within the README's bounds counted in subnormal steps."""
+    """x * exp(x)-like results that go subnormal round once: with exp already subnormal
+    before the product, silu(float32(-103.95)) would be -1.457e-43 against -7.43e-44 (51
+    steps; reported in issue #20). Across the whole underflow tail the results stay within
+    the README's bounds counted in subnormal steps."""
     import mpmath
 
     call, ref, bound = _TAILS[what]

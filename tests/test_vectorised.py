@@ -52,7 +52,7 @@ def test_iglu_loops_vectorise(kind, dtype):
                                              ("gelu", "fwd", 0), ("gelu", "bwd", 1)])
 def test_in_place_loops_vectorise(name, kind, alias, dtype):
     """out = x (out = grad_out): the in-place variants, which the backend picks (given
-    out aliasing an input, l_<kind>'s runtime alias check takes its scalar loop)."""
+    out aliasing an input, loop_<kind>'s runtime alias check takes its scalar loop)."""
     r = x86_asm.simd_report(name, kind, dtype, alias)
     assert r["simd"] and not r["libm"], f"{name}.{kind} in place {np.dtype(dtype).name}: {r}"
 
@@ -221,9 +221,9 @@ def _probe(cpu, names):
 _KNOWN = {(n, k, np.dtype(d).name) for n, k, d in KNOWN_SCALAR}
 
 
-# xIELU's and CELU's float64 forwards: with branches LLVM's cost model for Intel's AVX-512
-# targets (skylake-avx512 .. emeraldrapids) kept them scalar (9.9 and 7.7 ns/el on one
-# emeraldrapids core, against 3.1 and 2.6 as selects), where znver4 and haswell vectorised.
+# xIELU's and CELU's float64 forwards: written with branches, LLVM's cost model for Intel's
+# AVX-512 targets (skylake-avx512 .. emeraldrapids) keeps them scalar (about 3x slower than
+# as selects), where znver4 and haswell vectorise them.
 @pytest.mark.parametrize("cpu", CPUS)
 def test_detector_and_some_loops_on_other_cpus(cpu):
     _probe(cpu, ["iglu", "xielu", "celu"])

@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         k, v = item.split("=")
         params[k.strip()] = float(v)
     # The old spec registered under a name of its own: the fast path's own loops
-    # (cpu_fast's generated l_/k_ functions: bulk blocks, mending) are built from it.
+    # (cpu_fast's generated loop_/run_ functions: bulk blocks, mending) are built from it.
     old_name = f"{a.name}__ab_{''.join(c if c.isalnum() else '_' for c in a.rev)}"
     _spec.define(old_name, **spec_at(a.rev, a.name))
     rng = np.random.default_rng(0)

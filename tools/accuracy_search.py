@@ -14,8 +14,8 @@ reciprocals, the spec's special values), with errors counted down to the subnorm
 tolerance is recomputed at ``DPS + 500`` digits (``recheck_err``) before it is written,
 so a reference that lost its precision is told apart from a kernel that did.
 
-It found most of the tail bugs of 2026-11-26/27 (softplus's d_beta at beta = 0.001,
-ELU's derivative with alpha = 3.7e272, xIELU's expm1 cancellation); its runs take
+It finds tail bugs the fixed grids miss (softplus's d_beta at beta = 0.001, ELU's
+derivative with alpha = 3.7e272, xIELU's expm1 cancellation); its runs take
 minutes to hours, so it is a development tool, not a test. Output: one JSON line per
 violation (``type: viol``), per reference exception (``exc``) and, per activation, dtype
 and kind, the worst point seen (``worst``, with the counts); ``--report`` groups them.
@@ -24,7 +24,7 @@ Run from the repository root (it imports ``tests.accuracy``).
 ``--compare REV`` scores the same draws (``--draws`` parameter sets of ``--seed``, each with
 its x and |x|) at git revision REV, in a temporary worktree with this file copied in, and in
 the working tree, and prints worst, mean and 99th-percentile error side by side: a kernel
-change's accuracy, paired point for point (the way the fixes of 2026-11-27 were judged).
+change's accuracy, paired point for point.
 """
 from __future__ import annotations
 

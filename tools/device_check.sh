@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The real-GPU checks in one command, for a machine lent through the workplace's `device`
-# tool (a bare image: Python 3.12, numpy 2.5, cupy 14, numba-cuda 0.30.4, torch, JAX; no
-# network). Device time is scarce, so everything runs in one call with its own time limits
-# and writes its logs to $OUT:
+# The real-GPU checks in one command, for a bare GPU machine without network access
+# (Python 3.12, numpy 2.5, cupy 14, numba-cuda 0.30.4, torch, JAX). Every step runs
+# under its own time limit (the *_S variables below) and writes its log to $OUT:
 #   info.txt    GPU, CPU, versions, `iglu-np info`, GPU load before the benchmark
 #   pytest.log  `pytest -m gpu` (junit.xml beside it)
 #   diag.txt    tools/gpu_diag.py: numba-cuda-mlir layouts, a small call's profile
 #   bench_*.json / bench.md  `iglu-np bench --device gpu`
-# numba-cuda-mlir is not in that image and its wheel (71 MB) is over the tool's 64 MiB
-# limit: prepare it here as an xz tarball of the unpacked wheel (48 MB) and carry .whl:
+# numba-cuda-mlir is not on such a machine: to check it too, prepare an xz tarball of its
+# unpacked wheel (48 MB, against the wheel's 71) on a machine with network access:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 -d /tmp/w numba-cuda-mlir==0.6.0
 #   mkdir -p /tmp/u .whl && (cd /tmp/u && unzip -q /tmp/w/numba_cuda_mlir-*.whl && tar cf - . | xz -9 -T0 > "$OLDPWD/.whl/mlir.tar.xz")
-# (.whl in .git/info/exclude), then: run(command="bash tools/device_check.sh", carry=[".whl"]).
+# (.whl in .git/info/exclude), copy the checkout with .whl to the GPU machine and run
+# `bash tools/device_check.sh` there; without .whl the script checks numba-cuda alone.
 set -u
 OUT=${OUT:-/tmp/device_out}
 mkdir -p "$OUT"
@@ -49,8 +49,8 @@ timeout "${PYTEST_S:-240}" $PY -m pytest -m gpu -p no:cacheprovider -p no:benchm
 echo "pytest rc=$?" >> "$OUT/pytest.log"
 log "pytest"; grep -E "^(FAILED|ERROR)|passed|failed|rc=" "$OUT/pytest.log" | tail -40
 
-# What the next GPU session needs to find (see the script's docstring); DIAG=0 skips it
-# where the lease is short.
+# What the CPU-side tests cannot tell: numba-cuda-mlir's layouts and where a small call
+# spends its time (see tools/gpu_diag.py's docstring); DIAG=0 skips it.
 if [ "${DIAG:-1}" = 1 ]; then
     timeout 90 $PY tools/gpu_diag.py > "$OUT/diag.txt" 2>&1
     log "diag"; head -60 "$OUT/diag.txt"

@@ -1,4 +1,4 @@
-"""Diagnostics for the next real-GPU session (run by tools/device_check.sh).
+"""Diagnostics only a real GPU can give (run by tools/device_check.sh).
 
 1. numba-cuda-mlir layouts: the Numba CUDA kernels run directly (the CuPy hand-off of
    ``numba_cuda._needs_cupy`` switched off here) on C-contiguous, strided and broadcast

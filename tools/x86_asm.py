@@ -170,8 +170,8 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
     """Whether the fast-path loops of ``kind`` vectorise, from the compiled assembly
     (``alias = j``: of its in-place variant writing to input j).
 
-    Inspects ``l_<kind>``, the element loop that the single-thread path and every prange
-    block of ``k_<kind>`` call, compiled for ``dtype`` with scalar parameters (for the CPU
+    Inspects ``loop_<kind>``, the element loop that the single-thread path and every prange
+    block of ``run_<kind>`` call, compiled for ``dtype`` with scalar parameters (for the CPU
     Numba targets: ``NUMBA_CPU_NAME`` selects another one). Returns
     ``{"simd": bool, "packed": int, "bits": int, "libm": [symbols]}``: ``simd`` is true
     when a loop contains packed floating-point arithmetic on ymm/zmm registers and calls
@@ -194,7 +194,7 @@ def simd_report(name: str, kind: str, dtype, alias=None) -> dict:
     ins = [arr] * Kind.parse(kind).n_data
     sig = (*ins, *([arr] if alias is None else []), nbt.intp, nbt.intp,
            *([nbt_dt] * len(spec.param_names)))
-    fn = f"l_{kind}{cpu_fast.variant(alias)}"
+    fn = f"loop_{kind}{cpu_fast.variant(alias)}"
     # A fresh, uncached compile: code loaded from Numba's disk cache has no assembly.
     loop = cpu_fast._njit(getattr(cpu_fast._module(spec), fn).py_func, cache=False)
     loop.compile(sig)

@@ -147,8 +147,8 @@ class BackwardAll(_Throughput):
 @registry_driven("in_place")
 class ForwardInPlace(_Throughput):
     """``act(x, out=x)`` on a copy refreshed inside the timed call (an ``np.copyto`` of the
-    kept input, the same cost at every commit, so every call sees the same data): until
-    the loops had in-place variants, out aliasing an input ran the scalar copy of every
+    kept input, the same cost at every commit, so every call sees the same data): without
+    the loops' in-place variants, out aliasing an input runs the scalar copy of every
     loop, 10-16x slower than out= a separate array."""
 
     params = (NAMES, DTYPES, (10_000, 1_000_000), CPU_BACKENDS)

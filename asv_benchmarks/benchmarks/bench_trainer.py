@@ -6,8 +6,8 @@ Skipped (asv's NotImplementedError) at commits where ``iglu_np.nn`` does not imp
 
 BLAS runs on one thread here (threadpoolctl, in the asv environment): the step's
 128x64 matmuls gain nothing from OpenBLAS's pool, whose threads keep spinning after each
-call and were counted by the CPU-time clock (up to 1.7x the step's time, varying between
-processes). The activations' own kernels stay single-threaded below 65,536 elements.
+call and would be counted by the CPU-time clock (up to 1.7x the step's time, varying
+between processes). The activations' own kernels stay single-threaded below 65,536 elements.
 """
 from __future__ import annotations
 

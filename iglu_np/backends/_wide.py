@@ -3,10 +3,10 @@
 LLVM tunes Intel's AVX-512 CPUs (skylake-avx512 ... emeraldrapids) with ``prefer-256-bit``:
 its loop vectoriser stops at 256-bit vectors there, while on AMD's znver4 it uses all 512
 bits. The loops here are compute-bound at two threads (erf, arctangent, exp polynomials),
-so the wider vectors pay. Measured on a 2-core Intel Xeon (emeraldrapids), each loop built
-at both widths in one process, 512/256: one thread in cache, gelu 0.78-0.87; 16.8 M
-elements on 2 threads, IGLU float64 fused backward 0.72, GELU float64 forward 0.79, xIELU
-forward 0.66-0.68, the memory-bound loops 0.93-0.98 (with cpu_fast._skew's aligned blocks).
+so the wider vectors pay: on an Intel Xeon (emeraldrapids) the 512-bit loops are faster
+where they compute and no slower where memory bounds them (with cpu_fast._skew's aligned
+blocks). ``tools/ab_speed.py HEAD NAME --old-vector-bits 256`` times both widths in one
+process.
 
 Numba takes its target features from one global setting (``config.CPU_FEATURES``) for every
 function it compiles, the user's among them, so they are not changed here: the loops get
@@ -18,8 +18,8 @@ index key holds the features) is Numba's CPU target unchanged.
 Not on Skylake-SP, Cascade Lake and Cooper Lake: their cores drop to a lower clock for a
 while after 512-bit floating-point work (Intel's "license 2"), which slows the caller's
 other code; Ice Lake and later barely do (Intel's documentation; on emeraldrapids numpy's
-exp timed alike after our 512-bit and 256-bit loops, 10.9 and 11.0 us). ``IGLU_NP_CPU_VECTOR_BITS=256`` (or ``512``)
-overrides the choice; so does naming ``prefer-256-bit`` in ``NUMBA_CPU_FEATURES``.
+exp times alike after our 512-bit and 256-bit loops). ``IGLU_NP_CPU_VECTOR_BITS=256`` (or
+``512``) overrides the choice; so does naming ``prefer-256-bit`` in ``NUMBA_CPU_FEATURES``.
 """
 from __future__ import annotations
 

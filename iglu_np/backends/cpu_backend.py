@@ -236,7 +236,7 @@ def fast(act, kind, data, params, out):
     else:
         o1 = o
     if n < THRESHOLD or fast.numba.get_num_threads() == 1:
-        # the operands spelled out: packing them into tuples cost ~0.15 us a call
+        # the operands spelled out: packing them into tuples costs ~0.15 us a call
         if g is None:
             if alias is None:
                 loop(x, o1, 0, n, *vals)
@@ -353,9 +353,9 @@ def backward_all(act, data, params, out):
     if res is not None or not (out is None or (type(out) is np.ndarray and out.dtype == cdt
                                                and out.shape == np.shape(vals[0]))):
         return res
-    # Strided or broadcast operands: one pass over copies (x[:, ::2] float32, one
-    # thread: gelu_a 15.1 -> 4.3 ns/el, xielu 21.6 -> 5.7), then out written from the
-    # result (x and grad_out were read into the copies first, so out may overlap them).
+    # Strided or broadcast operands: one pass over copies (several times faster than the
+    # ufunc's scalar loop and numpy's sum on them), then out written from the result (x
+    # and grad_out were read into the copies first, so out may overlap them).
     copied = _laid_out_alike(vals, cdt)
     res = _fused_backward(act, copied, cdt, None) if copied is not None else None
     if res is None or out is None:
@@ -470,11 +470,9 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
     broadcasts, an out= laid out unlike x, overlap) but of one float dtype with scalar
     parameters: numpy's buffered iterator hands the single-thread loop contiguous chunks
     (copies where needed, numpy's own overlap handling and result layout), instead of the
-    ufunc's scalar loop. One thread, 2^20 float32, iglu: x[::-1, ::-1] 11.4 -> 0.95 ns/el,
-    x[:, ::2] 5.7 -> 0.46 (per element of the half), backward with grad_out a row or a 0-d
-    array 9.4-9.6 -> 0.81-0.85, out= in Fortran order for a C-ordered x 22 -> 8.8 (numpy's
-    transposing copy); float16 (cast in the buffers) 17.6 -> 4.9, float32 x with float64
-    grad_out 15.7 -> 2.6. Single-threaded. None where it does not apply."""
+    ufunc's scalar loop, which is several times slower on reversed or strided x, a
+    broadcast grad_out, an out= in another order, float16 (cast in the buffers) or mixed
+    dtypes. Single-threaded. None where it does not apply."""
     if cdt != _F32 and cdt != _F64:
         return None
     data = list(vals[:n_data])
@@ -554,10 +552,9 @@ def _laid_out_alike(vals: list, cdt):
     order and grad_out (strided, broadcast, another layout) copied to x's layout, for
     the reductions; None where they would not take the copies (an array parameter, a
     grad_out that does not broadcast to x's shape, few elements). The copies cost ~0.5-1
-    ns/el where the ufunc and numpy's sum took 5-25 (one thread, 2^20 float32 elements
-    of x[:, ::2]: backward_params gelu_a 13.2 -> 2.9 ns/el, xielu 18.7 -> 4.3, iglu 5.2
-    -> 1.5; reversed 14.4 -> 3.4, 24.2 -> 5.7, 6.0 -> 2.2); the sum is then the loops'
-    (float64 blocks in memory order), where numpy's summed float32 in float32."""
+    ns/el, several times less than the ufunc and numpy's sum on such operands; the sum is
+    then the loops' (float64 blocks in memory order), where numpy's sums float32 in
+    float32."""
     x, g = vals[0], vals[1]
     if (type(x) is not np.ndarray or x.dtype != cdt or x.size < MIN_SIZE
             or not isinstance(g, (np.ndarray, np.generic, float, int))
@@ -578,8 +575,8 @@ def _laid_out_alike(vals: list, cdt):
 
 def _reduce_params(act, vals: list, cdt):
     """dict param -> 0-d gradient when every parameter is a scalar (else None): fixed
-    blocks of ``cpu_fast.RBLOCK`` elements summed in float64 (see cpu_fast), so the result
-    does not depend on the thread count."""
+    blocks of ``cpu_fast.REDUCE_BLOCK`` elements summed in float64 (see cpu_fast), so the
+    result does not depend on the thread count."""
     ops = _reduction_operands(vals, cdt)
     if ops is None:
         return None
@@ -594,18 +591,18 @@ def _reduce_params(act, vals: list, cdt):
                 full = cpu.get_ufunc(act.name, "bwd_" + p)(xf, gf, *ps)
                 res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
         return res
-    part = np.empty(max(1, -(-n // fast.RBLOCK)), np.float64)
+    part = np.empty(max(1, -(-n // fast.REDUCE_BLOCK)), np.float64)
     res = {}
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
         elif _parallel(n):
-            k = fast.kernel(act.name, "r_" + p, True)
+            k = fast.kernel(act.name, "reduce_" + p, True)
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps),
+                        lambda: fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
         else:
-            fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps)
+            fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -629,14 +626,14 @@ def _fused_backward(act, vals: list, cdt, out):
             return None  # overlap: the two-pass path buffers it
         o = out
     n = xf.size
-    part = np.empty((len(ps), max(1, -(-n // fast.RBLOCK))), np.float64)
+    part = np.empty((len(ps), max(1, -(-n // fast.REDUCE_BLOCK))), np.float64)
     of = fast.mem_flat(o, order)
     if _parallel(n):
-        k = fast.kernel(act.name, "r_all", True)
+        k = fast.kernel(act.name, "reduce_all", True)
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps),
+                    lambda: fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
     else:
-        fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps)
+        fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads

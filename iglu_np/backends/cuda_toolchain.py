@@ -97,8 +97,8 @@ def cuda_module(toolchain: str | None = None):
 
 
 def _mlir_lower_type_call():
-    """Teach numba-cuda-mlir to lower ``T = type(x)`` for a number ``x`` (found and written
-    by a helper session; checked there by compiling every kernel to PTX with 0.6).
+    """Teach numba-cuda-mlir to lower ``T = type(x)`` for a number ``x`` (checked with
+    numba-cuda-mlir 0.6: tools/mlir_ptx_check.py compiles every kernel to PTX with it).
 
     The kernels use ``T = type(x)`` then ``T(0.5)``. numba-cuda-mlir 0.6 types ``type(x)``
     as ``class(float32)`` and lowers ``T(...)`` from that type alone, but has no lowering

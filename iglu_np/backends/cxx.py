@@ -246,9 +246,10 @@ def kernel_source(spec, kind: str, compute) -> KernelSource:
 
 # --------------------------------------------------------------------------- vector kernels
 # Contiguous operands with scalar parameters take a RawKernel that moves 16-byte vectors:
-# an ElementwiseKernel (one element per thread, 64-bit index arithmetic per operand) ran at
-# 1.7x the copy time on an H100, a float4 RawKernel at the copy time (see issue #19's
-# measurements). Same device function and options as the ElementwiseKernel: same results.
+# an ElementwiseKernel (one element per thread, 64-bit index arithmetic per operand) runs
+# at 1.7x the copy time on an H100, a float4 RawKernel at the copy time (``iglu-np bench
+# --device gpu`` re-measures). Same device function and options as the ElementwiseKernel:
+# same results.
 VECTOR_BYTES = 16
 DATA_TYPES = {
     np.dtype(np.float16): ("__half", "float"),

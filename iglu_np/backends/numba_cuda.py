@@ -151,9 +151,9 @@ def _cuda_fma(cuda):
 def _horner_intrinsic():
     """``_math.horner`` for the GPU as a Numba intrinsic: the coefficient tuple is unrolled
     at compile time with static element reads. The plain loop indexes the tuple with a
-    runtime k, which Numba lowers to a switch that NVVM does not unroll (iglu.dx was 864
-    PTX instructions with ~400 branches; unrolled it is straight-line FMAs). Same operation
-    order as the Python helper: r = T(c[n-1]); r = r*v + T(c[k])."""
+    runtime k, which Numba lowers to a switch that NVVM does not unroll (iglu.dx becomes
+    864 PTX instructions with ~400 branches; unrolled it is straight-line FMAs). Same
+    operation order as the Python function: r = T(c[n-1]); r = r*v + T(c[k])."""
     from numba.core import types
     from numba.core.extending import intrinsic
 
@@ -209,10 +209,10 @@ def _math_namespace(rb):
 
 
 def _horner_overload():
-    """``_math.horner`` unrolled for numba-cuda-mlir (by a helper session): an ``@overload``
-    whose implementation is generated per coefficient count with constant tuple indices
-    (iglu.dx: 151 PTX instructions, 11 branches, no local memory; the plain loop's runtime
-    index gave ~575 and 239). Same operation order as the helper."""
+    """``_math.horner`` unrolled for numba-cuda-mlir: an ``@overload`` whose implementation
+    is generated per coefficient count with constant tuple indices (iglu.dx: 151 PTX
+    instructions, 11 branches, no local memory, where the plain loop's runtime index gives
+    ~575 and 239). Same operation order as the Python function."""
     from numba_cuda_mlir.numba_cuda import types
     from numba_cuda_mlir.numba_cuda.extending import overload
 
@@ -309,9 +309,9 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     pn = [f"p{k}" for k in range(len(params))]
     idx, decomp = _index(ndim)
     hs = _prep_names(spec, kd.scalar, arrays)
-    pv = [f"_CT({p}[{idx}])" if a else p for p, a in zip(pn, arrays)] + hs
-    call = f"_fn(_CT(x[{idx}]), {', '.join(pv)})" if pv else f"_fn(_CT(x[{idx}]))"
-    val = f"_CT(g[{idx}]) * {call}" if two else call
+    pv = [f"_COMPUTE({p}[{idx}])" if a else p for p, a in zip(pn, arrays)] + hs
+    call = f"_fn(_COMPUTE(x[{idx}]), {', '.join(pv)})" if pv else f"_fn(_COMPUTE(x[{idx}]))"
+    val = f"_COMPUTE(g[{idx}]) * {call}" if two else call
     sig = ["n", *data, *pn]
     body = []
     if kd.op == "sum" and scalar_sum:
@@ -330,17 +330,18 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     elif ndim == 1:
         # Four independent elements per thread and step, all loaded before any is
         # computed or stored: out may alias x for all the compiler knows, so it could not
-        # hoist a later load above an earlier store itself. Measured on an H100 (float32,
-        # 2^26 elements, shared/design-notes.md): a one-element grid-stride Numba kernel
-        # 1.9x the copy limit, four independent elements per thread 1.5x.
+        # hoist a later load above an earlier store itself. On an H100 (float32, 2^26
+        # elements) a one-element grid-stride Numba kernel takes 1.9x the copy limit, four
+        # independent elements per thread 1.5x (``iglu-np bench --device gpu``
+        # re-measures).
         sig.append("out")
         q = [f"i + {k} * st" if k else "i" for k in range(4)]
-        loads = [f"    x{k} = _CT(x[{q[k]}])" for k in range(4)]
+        loads = [f"    x{k} = _COMPUTE(x[{q[k]}])" for k in range(4)]
         if two:
-            loads += [f"    g{k} = _CT(g[{q[k]}])" for k in range(4)]
+            loads += [f"    g{k} = _COMPUTE(g[{q[k]}])" for k in range(4)]
         calls = []
         for k in range(4):
-            pk = [f"_CT({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)] + hs
+            pk = [f"_COMPUTE({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)] + hs
             calls.append(f"_fn({', '.join([f'x{k}', *pk])})")
         vals = [f"g{k} * {c}" if two else c for k, c in enumerate(calls)]
         body = ["while i + 3 * st < n:", *loads,
@@ -363,13 +364,14 @@ def _prep_names(spec, which, arrays):
     pr = spec.prepared_for(which)
     if pr is None or any(arrays):
         return []
-    return [f"_h{which}{j}" for j in range(pr[2])]
+    return [f"_pre_{which}_{j}" for j in range(pr[2])]
 
 
 def _prep_lines(fn, hs, pn):
     if not hs:
         return []
-    return [f"_hh = {fn}({', '.join(pn)})", *(f"{h} = _hh[{j}]" for j, h in enumerate(hs))]
+    return [f"_prepared = {fn}({', '.join(pn)})",
+            *(f"{h} = _prepared[{j}]" for j, h in enumerate(hs))]
 
 
 def _bind(g, spec, which, arrays, fn_name, prep_name):
@@ -399,7 +401,7 @@ def _source_all(spec, ndim):
     for k in range(len(ps)):
         body += _prep_lines(f"_prepd{k}", hd[k], pn)
     body += ["while i < n:", *["    " + d for d in decomp],
-             f"    xi = _CT(x[{idx}])", f"    gi = _CT(g[{idx}])",
+             f"    xi = _COMPUTE(x[{idx}])", f"    gi = _COMPUTE(g[{idx}])",
              f"    out[{idx}] = gi * _fn({', '.join(['xi', *pn, *hx])})"]
     body += [f"    s{k} += _ACC(gi * _fd{k}({', '.join(['xi', *pn, *hd[k]])}))" for k in range(len(ps))]
     body += ["    i += st", "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x"]
@@ -447,7 +449,7 @@ def _kernel_all(name, compute, ndim):
                 spec = REGISTRY[name]
                 cuda = _cuda()
                 fname, src = _source_all(spec, ndim)
-                g = {"cuda": cuda, "_CT": np.dtype(compute).type, "_ACC": np.float64,
+                g = {"cuda": cuda, "_COMPUTE": np.dtype(compute).type, "_ACC": np.float64,
                      "_BLOCK": SIM_THREADS if simulator() else THREADS}
                 scal = (False,) * len(spec.params)
                 _bind(g, spec, "dx", scal, "_fn", "_prep")
@@ -542,7 +544,7 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
         fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
         g = {
             "cuda": cuda,
-            "_CT": compute.type,
+            "_COMPUTE": compute.type,
             "_ACC": np.float64,
             "_BLOCK": SIM_THREADS if simulator() else THREADS,
         }

@@ -1,7 +1,11 @@
-"""Regressions of issue #20 (a demanding user's probes) and the classes of fault behind them.
+"""Edge cases a demanding user probes, and the classes of fault behind them: out= overlapping
+an operand, parameters beyond float32's range, intermediates that overflow or cancel, bad
+environment values, numpy's input conventions, the trainer's argument checks, and error
+messages that name the activation (first reported together in issue #20).
 
-Each ``test_row_<n>`` is one row of the issue's table as a fixed case; the property tests
-further down draw dtypes, shapes, strides, overlaps and parameter magnitudes around them."""
+The fixed cases come first; the property tests further down draw dtypes, shapes, strides,
+overlaps and parameter magnitudes around them (``pytest --hypothesis-show-statistics``
+reports how many cases each ran)."""
 import numpy as np
 import pytest
 
@@ -10,7 +14,7 @@ import iglu_np
 NAMES = list(iglu_np.ACTIVATIONS)
 
 
-# --------------------------------------------------------------------- row 1: overlapping out=
+# --------------------------------------------------------------------- overlapping out=
 def _overlap_cases(n, dt):
     """(x, g, out) triples where out partially overlaps x or g (shifted views both ways)."""
     for shift in (1, -1):
@@ -24,7 +28,7 @@ def _overlap_cases(n, dt):
 @pytest.mark.parametrize("name", ["relu", "iglu", "gelu"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [7, 3000])
-def test_row_1_backward_out_overlapping_grad_out(name, dtype, n):
+def test_backward_out_overlapping_grad_out(name, dtype, n):
     a = iglu_np.ACTIVATIONS[name]
     for rep in range(10):  # small arrays switch to the compiled loop after a few calls
         for b, x, g, o in _overlap_cases(n, dtype):
@@ -35,7 +39,7 @@ def test_row_1_backward_out_overlapping_grad_out(name, dtype, n):
             b[:] = b0
 
 
-# --------------------------------------------------- row 2: parameters beyond float32's range
+# --------------------------------------------------- parameters beyond float32's range
 F32_CASES = [
     ("iglu", "sigma", 1e39), ("iglu", "sigma", 1e-45), ("z_gate", "sigma", 1e39),
     ("squareplus", "b", 1e39), ("gelu_a", "a", 1e39), ("leaky_relu", "negative_slope", 1e39),
@@ -47,7 +51,7 @@ F32_CASES = [
 
 
 @pytest.mark.parametrize("name,p,v", F32_CASES)
-def test_row_2_float32_parameter_beyond_range_computes_in_float64(name, p, v):
+def test_float32_parameter_beyond_range_computes_in_float64(name, p, v):
     """A parameter float32 cannot hold gives the float64 answer rounded to float32."""
     a = iglu_np.ACTIVATIONS[name]
     x32 = np.float32([0.0, 1.0, -1.0, 3.5, -0.25, 1e-30, -1e30])
@@ -65,14 +69,14 @@ def test_row_2_float32_parameter_beyond_range_computes_in_float64(name, p, v):
         for got, want in pairs:
             assert got.dtype == np.float32
             np.testing.assert_array_equal(got, np.asarray(want).astype(np.float32))
-    # the issue's case
+    # the case first reported: sigma = 1e39, beyond float32, with float32 x
     np.testing.assert_allclose(iglu_np.iglu(np.float32([0, 1, -1]), sigma=1e39),
                                np.float32([0, 1, -3.1830988e-40]), rtol=1e-6, atol=0)
 
 
-# ------------------------------------------- rows 3, 4, 16: intermediates that overflow or cancel
+# ------------------------------------------- intermediates that overflow or cancel
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_rows_3_4_no_intermediate_overflow_near_max(dtype):
+def test_no_intermediate_overflow_near_max(dtype):
     fi = np.finfo(dtype)
     x = np.array([fi.max, fi.max * 0.75, fi.max / 2 * 1.1, -fi.max, -fi.max * 0.75], dtype)
     sp = iglu_np.squareplus(x)
@@ -86,11 +90,12 @@ def test_rows_3_4_no_intermediate_overflow_near_max(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("an,beta", [(0.8, 0.5), (1.0, 0.1), (3.0, 0.7), (10.0, 1e-4),
                                      (0.55, 0.5), (1.0, 0.999999)])
-def test_row_16_xielu_dx_root_cancellation(dtype, an, beta):
+def test_xielu_dx_root_cancellation(dtype, an, beta):
     """alpha_n expm1(x) + beta cancels near x0 = log1p(-beta/alpha_n) (x0 ~ -0.98 with the
-    defaults, where float64 was 69 ulp off): within a factor 2 of the root both dtypes now
-    meet 8 ulp of the true value (not only of the largest term), the doubles next to the
-    root aside (there the result is ~1e-16 of the terms and x0's own double-word error shows)."""
+    defaults; computed naively, float64 is 69 ulp off there): within a factor 2 of the root
+    both dtypes meet 8 ulp of the true value (not only of the largest term), the doubles
+    next to the root aside (there the result is ~1e-16 of the terms and x0's own
+    double-word error shows)."""
     import mpmath
 
     an, beta = (float(dtype(v)) for v in (an, beta))
@@ -110,8 +115,9 @@ def test_row_16_xielu_dx_root_cancellation(dtype, an, beta):
 @pytest.mark.parametrize("a", [1e-280, 1e-200, 1e-10, 1e-3, 0.038, 1.0])
 def test_gelu_a_da_normal_result_from_subnormal_gate(a):
     """x^2 phi(a x) is a normal number where phi(a x) is subnormal (|a x| > 37.5, |x|
-    large): it was computed as x^2 times the subnormal phi (24,011 ulp at a = 1e-10,
-    x = -3.8e11, float64); now within the README's 8 ulp down to the subnormal range."""
+    large), so it must not be computed as x^2 times the subnormal phi (24,011 ulp off at
+    a = 1e-10, x = -3.8e11, float64): within the README's 8 ulp down to the subnormal
+    range."""
     import mpmath
 
     fi = np.finfo(np.float64)
@@ -126,10 +132,10 @@ def test_gelu_a_da_normal_result_from_subnormal_gate(a):
         assert abs(float(g) - t) <= 8 * ulp, (xi, g, t)
 
 
-# ------------------------------------------------------------------ row 10: environment errors
+# ------------------------------------------------------------------ environment errors
 @pytest.mark.parametrize("var", ["IGLU_NP_PARALLEL_THRESHOLD", "IGLU_NP_FAST_MIN_SIZE",
                                  "IGLU_NP_FAST_WARM_CALLS"])
-def test_row_10_bad_environment_value_names_the_variable(var):
+def test_bad_environment_value_names_the_variable(var):
     import subprocess
     import sys
 
@@ -140,8 +146,8 @@ def test_row_10_bad_environment_value_names_the_variable(var):
     assert var in r.stderr and "'64k'" in r.stderr and "non-negative integer" in r.stderr
 
 
-# ------------------------------------------------------------- rows 6-9: numpy's conventions
-def test_row_6_byte_swapped_input_is_its_dtype():
+# ------------------------------------------------------------- numpy's conventions
+def test_byte_swapped_input_is_its_dtype():
     for dt in (">f4", ">f8", "<f4"):
         x = np.array([1.0, -1.0, 0.5], dtype=dt)
         native = x.astype(np.dtype(dt).newbyteorder("="))
@@ -154,7 +160,7 @@ def test_row_6_byte_swapped_input_is_its_dtype():
                                       iglu_np.iglu.backward_params(native, native)["sigma"])
 
 
-def test_row_7_memoryview_and_pandas():
+def test_memoryview_and_pandas_inputs():
     pd = pytest.importorskip("pandas")
     x = np.array([1.0, -2.0, 0.5])
     np.testing.assert_array_equal(iglu_np.iglu(memoryview(x)), iglu_np.iglu(x))
@@ -175,7 +181,7 @@ def test_row_7_memoryview_and_pandas():
                                   iglu_np.iglu.backward_params(x, x)["sigma"])
 
 
-def test_row_8_positional_parameter_says_keyword():
+def test_positional_parameter_says_keyword():
     x = np.ones(3)
     for call, what in [(lambda: iglu_np.iglu(x, 0.5), "iglu()"),
                        (lambda: iglu_np.iglu.dx(x, 0.5), "iglu.dx()"),
@@ -191,7 +197,7 @@ def test_row_8_positional_parameter_says_keyword():
         iglu_np.iglu.backward(x)
 
 
-def test_row_9_python_scalars_are_weak():
+def test_python_scalars_are_weak():
     x32 = np.float32([1.0, -0.5])
     assert iglu_np.iglu.backward(x32, 2.0).dtype == np.float32
     assert iglu_np.iglu.backward(x32, 2).dtype == np.float32
@@ -202,7 +208,7 @@ def test_row_9_python_scalars_are_weak():
     np.testing.assert_array_equal(iglu_np.iglu.backward(x32, 2.0), iglu_np.iglu.backward(x32, np.float32([2, 2])))
 
 
-# ------------------------------------------------------------------ rows 11-15: the trainer
+# ------------------------------------------------------------------ the trainer
 def _blobs(n=120, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 4))
@@ -213,7 +219,7 @@ def _blobs(n=120, seed=0):
 @pytest.mark.parametrize("kw", [{"alpha": float("nan")}, {"alpha": float("inf")}, {"alpha": -1.0},
                                 {"learning_rate_init": float("inf")},
                                 {"learning_rate_init": float("nan")}])
-def test_row_11_non_finite_hyperparameters_rejected_up_front(kw):
+def test_non_finite_hyperparameters_rejected_up_front(kw):
     from iglu_np.nn import MLPClassifier
 
     X, y = _blobs()
@@ -222,7 +228,7 @@ def test_row_11_non_finite_hyperparameters_rejected_up_front(kw):
 
 
 @pytest.mark.filterwarnings("ignore::iglu_np.nn.estimator.ConvergenceWarning")  # 6 epochs on purpose
-def test_row_12_interrupted_epoch_then_resume_matches_uninterrupted():
+def test_interrupted_epoch_then_resume_matches_uninterrupted():
     from iglu_np.nn import MLPClassifier
 
     X, y = _blobs()
@@ -251,7 +257,7 @@ def test_row_12_interrupted_epoch_then_resume_matches_uninterrupted():
         np.testing.assert_array_equal(a, b)
 
 
-def test_row_13_max_iter_reached_warns_convergence():
+def test_max_iter_reached_warns_convergence():
     from iglu_np.nn import ConvergenceWarning, MLPClassifier
 
     X, y = _blobs()
@@ -259,7 +265,7 @@ def test_row_13_max_iter_reached_warns_convergence():
         MLPClassifier((4,), max_iter=3, random_state=0).fit(X, y)
 
 
-def test_row_14_float64_divergence_raises():
+def test_float64_divergence_raises():
     from iglu_np.nn import MLPClassifier
 
     X, y = _blobs()
@@ -268,7 +274,7 @@ def test_row_14_float64_divergence_raises():
                       random_state=0).fit(X, y)
 
 
-def test_row_15_partial_fit_single_class_rejected():
+def test_partial_fit_single_class_rejected():
     from iglu_np.nn import MLPClassifier
 
     X, y = _blobs()
@@ -310,8 +316,6 @@ def test_every_error_names_the_activation_and_the_argument(name):
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-PROP_CASES = {"n": 0}
-
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(NAMES), kind=st.sampled_from(["fwd", "dx", "bwd", "bwd_all"]),
@@ -323,7 +327,6 @@ def test_property_out_overlapping_any_operand_gives_numpys_answer(name, kind, dt
                                                                  step, out_on, swap):
     """out= a shifted (or strided) view of the buffer holding x or grad_out: the result
     is the one computed from copies (numpy's buffered semantics)."""
-    PROP_CASES["n"] += 1
     a = iglu_np.ACTIVATIONS[name]
     m = n * step + abs(shift) + 1
     buf = np.linspace(-4, 4, m).astype(dtype)
@@ -362,7 +365,6 @@ def test_property_out_overlapping_any_operand_gives_numpys_answer(name, kind, dt
 def test_property_float32_parameters_of_any_magnitude(name, which, exp, sign, mant):
     """Any in-domain parameter value, however large or small for float32: float32 data
     gives the float64 answer rounded once, or a ValueError naming the parameter."""
-    PROP_CASES["n"] += 1
     a = iglu_np.ACTIVATIONS[name]
     p = a.params[which % len(a.params)]
     v = sign * mant * 10.0 ** exp
@@ -393,7 +395,6 @@ def test_property_float32_parameters_of_any_magnitude(name, which, exp, sign, ma
        shape=st.sampled_from([(5,), (2, 3), (3, 1, 2)]), order=st.sampled_from(["C", "F"]),
        container=st.sampled_from(["ndarray", "memoryview", "list"]))
 def test_property_array_likes_follow_numpy(name, dtype, shape, order, container):
-    PROP_CASES["n"] += 1
     a = iglu_np.ACTIVATIONS[name]
     base = np.linspace(-3, 3, int(np.prod(shape))).reshape(shape)
     x = np.asarray(base, dtype=dtype, order=order)
@@ -426,7 +427,6 @@ def _param_array(p, n, dtype):
 def test_property_out_overlapping_a_parameter_array(name, kind, dtype, n, shift, which):
     """out= a shifted view of a per-element parameter array (an operand like x): numpy's
     buffered answer, for every operation that takes out= (backward_all's grad_x too)."""
-    PROP_CASES["n"] += 1
     a = iglu_np.ACTIVATIONS[name]
     p = a.params[which % len(a.params)]
     buf = np.empty(n + abs(shift) + 1, dtype)
@@ -453,8 +453,3 @@ def test_property_out_overlapping_a_parameter_array(name, kind, dtype, n, shift,
             for k in wp:  # the parameter gradients read the parameter before out= is written
                 np.testing.assert_allclose(gp[k], wp[k], rtol=1e-6 if dtype == np.float32 else 1e-12)
     np.testing.assert_array_equal(got, want)
-
-
-def test_zz_report_property_case_count(capsys):
-    # printed for the closing note (pytest -s); the property tests above ran first in this file
-    print(f"\nissue #20 property cases run in this process: {PROP_CASES['n']}")
