@@ -45,7 +45,7 @@ from numba.extending import overload
 
 from .._kinds import Kind
 from .._spec import REGISTRY
-from . import _wide, cpu
+from . import _cache, _wide, cpu
 
 __all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
@@ -97,7 +97,7 @@ def _njit(fn, cache=_CACHE, **opts):
     disp = _wide.njit_target()(py_func=fn, locals={},
                                targetoptions=dict(nopython=True, boundscheck=None, **_JIT, **opts))
     if cache:
-        disp.enable_caching()
+        _cache.enable(disp)  # Numba's on-disk cache, surviving damaged entries
     return _serialised_saves(disp)
 
 
