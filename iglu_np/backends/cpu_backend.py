@@ -16,9 +16,12 @@ Which one runs is decided here, on three paths:
 
 Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
 calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
-seconds of an njit compile; from :data:`THRESHOLD` elements the loops run on all Numba
-threads. This module is not part of the on-disk kernel cache key: editing it recompiles
-nothing.
+seconds of an njit compile; later ones take the loop only where it is already compiled
+(in this process, or on disk: ``iglu-np warmup``, or an earlier large call), never
+compiling it. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
+threaded build is compiled by the first such call, with the single-thread one. No call
+after the first of its kind, dtype and size class compiles. This module is not part of
+the on-disk kernel cache key: editing it recompiles nothing.
 """
 from __future__ import annotations
 
@@ -83,9 +86,10 @@ def _min_size_default() -> int:
 # compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
 # results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
 # against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
-# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
-# pays it, hot code pays it once. Calls with array parameters or reductions below
-# MIN_SIZE always take the ufunc.
+# seconds per activation x kind x dtype (gelu float32 0.6 s), and a compile in the middle
+# of a run of small calls is a stall nobody asked for: after WARM_CALLS calls the loop is
+# loaded if it is cached (milliseconds), else the ufunc stays for good. Calls with array
+# parameters or reductions below MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
 WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
 
@@ -103,7 +107,9 @@ def set_threshold(n: int) -> None:
 
 
 _FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
-_calls: dict = {}  # (name, kind, dtype char) -> small calls served by the ufunc so far
+_calls: dict = {}  # plan key -> small calls served by the ufunc so far (-1: for good)
+_threaded: set = set()  # plan keys whose threaded kernel is compiled for the fast path
+_ready_sigs: set = set()  # (kernel id, argument types) compiled for the general path
 
 
 def _loops():
@@ -214,14 +220,21 @@ def fast(act, kind, data, params, out):
     if p is None:
         if n < MIN_SIZE:
             # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
-            # (bit-identical); the njit loop, seconds to compile, only for hot ones.
-            c = _calls[key] = _calls.get(key, 0) + 1
-            if c <= WARM_CALLS:
+            # (bit-identical); hot ones the njit loop where it loads without a compile.
+            c = _calls.get(key, 0)
+            if c >= 0:
+                c += 1
+                if c > WARM_CALLS:
+                    p = fast.plan(act.name, kind, dt, alias, cached_only=True)
+                    c = -1 if p is None else c
+                _calls[key] = c
+            if p is None:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
                     cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
                 return o
-        p = fast.plan(act.name, kind, dt, alias)
+        else:
+            p = fast.plan(act.name, kind, dt, alias)
     loop, par_kernel = p
     if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
         x = fast.mem_flat(x, order)
@@ -252,6 +265,9 @@ def fast(act, kind, data, params, out):
         ins = (*ins, o1)
     # typed parameters: the dispatcher would type a Python float as float64
     tv = [dt.type(v) for v in vals]
+    if key not in _threaded:
+        _ready(par_kernel, (*ins, True, *tv))
+        _threaded.add(key)
     fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
                 lambda: loop(*ins, 0, n, *vals), dt.char)
     return o
@@ -372,6 +388,17 @@ def _parallel(n: int) -> bool:
     return n >= THRESHOLD and fast.numba.get_num_threads() > 1
 
 
+def _ready(k, args) -> None:
+    """Compile (or load) threaded kernel ``k`` for ``args`` now. The busy-machine guard
+    (cpu_fast.launch) runs a kernel's first large call on one thread, so the threaded
+    build would otherwise compile inside the second call (gelu, 10^6 elements: 1.2 s)."""
+    typeof = (_FAST or _loops()).numba.typeof
+    sig = tuple(typeof(a) for a in args)
+    if (id(k), sig) not in _ready_sigs:
+        k.compile(sig)
+        _ready_sigs.add((id(k), sig))
+
+
 def _param(v, dt, shape, order=None):
     """A parameter as the loop takes it: a numpy scalar of dtype ``dt``, a flat
     contiguous array of x's shape (in x's memory order ``order``), or None when the loops
@@ -454,6 +481,7 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         ins.append(fast.mem_flat(o, order))
     if _parallel(xf.size):
         k = fast.kernel(act.name, kind, True, alias)
+        _ready(k, (*ins, True, *ps))
         fast.launch(k, xf.size, lambda: k(*ins, True, *ps),
                     lambda: fast.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
     else:
@@ -601,6 +629,7 @@ def _reduce_params(act, vals: list, cdt):
             part[:] = 0.0
         elif _parallel(n):
             k = fast.kernel(act.name, "r_" + p, True)
+            _ready(k, (xf, gf, part, True, *ps))
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
                         lambda: fast.kernel(act.name, "r_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
@@ -633,6 +662,7 @@ def _fused_backward(act, vals: list, cdt, out):
     of = fast.mem_flat(o, order)
     if _parallel(n):
         k = fast.kernel(act.name, "r_all", True)
+        _ready(k, (xf, gf, of, part, True, *ps))
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
                     lambda: fast.kernel(act.name, "r_all", False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
