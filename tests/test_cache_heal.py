@@ -78,7 +78,8 @@ def clean(tmp_path_factory):
 
 def _files(cache: Path, what: str) -> list:
     d = cache / "cpu"
-    pat = {"nbi": "__pycache__/*relu_*.nbi", "nbc": "__pycache__/*relu_*.nbc", "py": "*relu_*.py"}[what]
+    pat = {"nbi": "__pycache__/*relu_*.nbi", "nbc": "__pycache__/*relu_*.nbc", "py": "*relu_*.py",
+           "ufunc": "relu_*.ufunc"}[what]
     files = sorted(d.glob(pat))
     assert files, f"no {what} file of relu in {d}"
     return files
@@ -106,9 +107,13 @@ OTHER_VERSION = {
     "another llvmlite": lambda p: _rewrite_index(p, version=lambda v: v.replace("llvmlite ", "llvmlite 0.41.0+")),
     "another source stamp": lambda p: _rewrite_index(p, stamp=b"\0" * 32),
 }
-QUICK = {("nbi", "garbled"), ("nbc", "truncated"), ("py", "garbled"), ("nbi", "another llvmlite")}
+QUICK = {("nbi", "garbled"), ("nbc", "truncated"), ("py", "garbled"), ("ufunc", "one byte flipped"),
+         ("nbi", "another llvmlite")}
+# nbi/nbc: Numba's index and data files; py: the generated module; ufunc: a ufunc's loop
+# objects (iglu_np.backends._direct)
 CASES = [pytest.param(w, h, marks=() if (w, h) in QUICK else pytest.mark.slow, id=f"{w}-{h}")
-         for w in ("nbi", "nbc", "py") for h in DAMAGE if not (w == "py" and h == "one byte flipped")]
+         for w in ("nbi", "nbc", "py", "ufunc") for h in DAMAGE
+         if not (w == "py" and h == "one byte flipped")]
 CASES += [pytest.param("nbi", h, marks=() if ("nbi", h) in QUICK else pytest.mark.slow, id=f"nbi-{h}")
           for h in OTHER_VERSION]
 
@@ -124,7 +129,7 @@ def test_a_damaged_entry_is_rebuilt_with_the_same_bits(clean, tmp_path, what, ho
     assert got["bits"] == want["bits"], "a damaged cache changed the results"
     if what == "py":  # the module is written again; its compiled kernels still match it
         assert all(p.read_text().startswith("# generated") for p in _files(cache, what))
-    else:
+    elif what != "ufunc":  # a ufunc's objects come back from Numba's cache, uncompiled
         assert got["compiles"] > 0, "the damaged entry was not rebuilt"
     warned = got["warnings"]
     assert [c for c, _ in warned] == ["CacheWarning"] * len(warned) and len(warned) <= 1, warned
@@ -188,3 +193,22 @@ def test_an_unusable_cache_dir_falls_back(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == str(tmp_path / "home" / ".cache" / "iglu_np" / "cpu")
+
+
+def test_the_first_small_call_loads_the_ufunc_without_numba(clean, tmp_path):
+    """A warm cache: a process calling one activation on a small array links that ufunc's
+    cached machine code without importing Numba (the 0.6 s of a Numba cache load), with
+    the same bits as Numba's own build of it (IGLU_NP_DIRECT_LOAD=0)."""
+    src, home, _ = clean
+    code = ("import hashlib, sys, numpy as np, iglu_np\n"
+            "r = [iglu_np.relu(np.linspace(-5, 5, 101).astype(t)) for t in (np.float32, np.float64)]\n"
+            "print(hashlib.sha256(b''.join(a.tobytes() for a in r)).hexdigest(), 'numba' in sys.modules)")
+    got = {}
+    for direct in ("1", "0"):
+        r = subprocess.run([sys.executable, "-W", "error", "-c", code],
+                           env={**_env(src, home), "IGLU_NP_DIRECT_LOAD": direct},
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[direct] = r.stdout.split()
+    assert got["1"][1] == "False", "the first small call imported Numba"
+    assert got["0"][1] == "True" and got["1"][0] == got["0"][0]

@@ -474,9 +474,11 @@ def _module(spec):
 _UFUNC_PATCH = threading.Lock()
 
 
-def _strided_out_safe():
+def _strided_out_safe(built=None):
     """A context manager under which Numba builds ufunc loops that honour out's step (see
-    above); a no-op if Numba's internals differ (get_ufunc's check then decides)."""
+    above); a no-op if Numba's internals differ (get_ufunc's check then decides). Each
+    loop wrapper built is appended to ``built`` as ``(info, signature)``, its library
+    keeping its object code (for :mod:`._direct`)."""
     import contextlib
 
     try:
@@ -502,9 +504,13 @@ def _strided_out_safe():
         # called under Numba's global compiler lock: no other build sees Arg
         wrappers.UArrayArg = Arg
         try:
-            return orig(library, context, fname, signature, objmode, cres)
+            info = orig(library, context, fname, signature, objmode, cres)
         finally:
             wrappers.UArrayArg = base
+        if built is not None:
+            info.library.enable_object_caching()  # not finalised yet: its object is kept
+            built.append((info, signature))
+        return info
 
     @contextlib.contextmanager
     def patched():
@@ -530,6 +536,50 @@ def _honours_out_step(u, n: int) -> bool:
     return True
 
 
+def _direct(name: str, kind: str, qual: str, n: int):
+    """The ufunc from its objects file (:mod:`._direct`), or None: there is none, it does
+    not apply, or ``IGLU_NP_DIRECT_LOAD=0``."""
+    if os.environ.get("IGLU_NP_DIRECT_LOAD", "1").strip() == "0":
+        return None
+    from . import _direct
+
+    dirs = [_gen_dir()]
+    if not _state.get("writable", True):
+        try:
+            dirs.append(_spill_dir())
+        except RuntimeError:
+            pass
+    for d in dirs:
+        u = _direct.load(_direct.path(d, name, kind), qual, n)
+        if u is not None:
+            return u
+    return None
+
+
+def _compile_ufunc(spec, name: str, kind: str, qual: str, n: int) -> np.ufunc:
+    """The ufunc built by Numba (compiled, or its kernel loaded from Numba's cache); its
+    loops' machine code is then kept for :func:`_direct`."""
+    from numba.np.ufunc.dufunc import DUFunc
+
+    from . import _cache, _direct
+
+    mod = _module(spec)
+    fn = getattr(mod, qual)
+    sigs = [f"float32({', '.join(['float32'] * n)})", f"float64({', '.join(['float64'] * n)})"]
+    # numba.vectorize(sigs, cache=True)(fn), with the cache that survives damage
+    du = DUFunc(fn, cache=False)
+    _cache.enable(du._dispatcher)
+    wrappers = []
+    with _strided_out_safe(wrappers):
+        for sig in sigs:
+            du.add(sig)
+    du.disable_compile()
+    u = du.ufunc if hasattr(du, "ufunc") else du
+    if len(wrappers) == len(sigs) and os.environ.get("IGLU_NP_DIRECT_LOAD", "1").strip() != "0":
+        _direct.save(_direct.path(Path(mod.__file__).parent, name, kind), n, wrappers)
+    return u
+
+
 def get_ufunc(name: str, kind: str) -> np.ufunc:
     """The compiled numpy ufunc ``iglu_np_<name>_<kind>`` (float32 and float64 loops)."""
     key = ("ufunc", name, kind)
@@ -540,34 +590,21 @@ def get_ufunc(name: str, kind: str) -> np.ufunc:
         u = _state.get(key)
         if u is not None:
             return u
-        import numba
-
         spec = REGISTRY[name]
         if kind not in kernel_kinds(spec):
             raise KeyError(f"{name}: no kernel kind {kind!r}")
-        mod = _module(spec)
-        fn = getattr(mod, f"iglu_np_{name}_{kind}")
         n = n_inputs(spec, kind)
-        sigs = [f"float32({', '.join(['float32'] * n)})", f"float64({', '.join(['float64'] * n)})"]
-        from numba.np.ufunc.dufunc import DUFunc
-
-        from . import _cache
-
-        # numba.vectorize(sigs, cache=True)(fn), with the cache that survives damage
-        du = DUFunc(fn, cache=False)
-        _cache.enable(du._dispatcher)
-        with _strided_out_safe():
-            for sig in sigs:
-                du.add(sig)
-        du.disable_compile()
-        u = du.ufunc if hasattr(du, "ufunc") else du
+        qual = f"iglu_np_{name}_{kind}"
+        u = _direct(name, kind, qual, n) or _compile_ufunc(spec, name, kind, qual, n)
         if not _honours_out_step(u, n):
+            import numba
+
             raise RuntimeError(
                 f"iglu_np: Numba {numba.__version__} built a ufunc loop for {name}.{kind} that "
                 "ignores the output's stride (a strided out= would be written contiguously); "
                 "iglu_np's workaround no longer applies to this Numba version")
         try:
-            u.__name__ = f"iglu_np_{name}_{kind}"
+            u.__name__ = qual
             u.__module__ = __name__  # pickles by name via __getattr__ below (dask workers)
         except (AttributeError, TypeError):
             pass

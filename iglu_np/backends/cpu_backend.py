@@ -16,9 +16,9 @@ Which one runs is decided here, on three paths:
 
 Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
 calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
-seconds of an njit compile; later ones take the loop only where it is already compiled
-(in this process, or on disk: ``iglu-np warmup``, or an earlier large call), never
-compiling it. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
+seconds of an njit compile; later ones take the loop only where the loops' module is
+loaded already (by a large call or ``iglu-np warmup`` in this process: it imports Numba)
+and the loop is compiled (in this process, or on disk), never compiling it. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
 threaded build is compiled by the first such call, with the single-thread one. No call
 after the first of its kind, dtype and size class compiles. This module is not part of
 the on-disk kernel cache key: editing it recompiles nothing.
@@ -87,8 +87,9 @@ def _min_size_default() -> int:
 # results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
 # against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
 # seconds per activation x kind x dtype (gelu float32 0.6 s), and a compile in the middle
-# of a run of small calls is a stall nobody asked for: after WARM_CALLS calls the loop is
-# loaded if it is cached (milliseconds), else the ufunc stays for good. Calls with array
+# of a run of small calls is a stall nobody asked for, and so is importing Numba (0.2 s;
+# the ufuncs load without it: cpu._direct): after WARM_CALLS calls the loop is loaded if
+# Numba is and the loop is cached (milliseconds), else the ufunc stays. Calls with array
 # parameters or reductions below MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
 WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
@@ -107,7 +108,7 @@ def set_threshold(n: int) -> None:
 
 
 _FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
-_calls: dict = {}  # plan key -> small calls served by the ufunc so far (-1: for good)
+_calls: dict = {}  # plan key -> small calls served by the ufunc (> WARM_CALLS: for good)
 _threaded: set = set()  # plan keys whose threaded kernel is compiled for the fast path
 _ready_sigs: set = set()  # (kernel id, argument types) compiled for the general path
 
@@ -213,28 +214,30 @@ def fast(act, kind, data, params, out):
                 elif np.may_share_memory(out, a):
                     return None
         o = out
-    fast = _FAST or _loops()
     n = x.size
     key = (act.name, kind, dt.char, alias)
-    p = fast.plans.get(key)
+    # the loops' module imports Numba: small calls through the ufunc do without it
+    p = None if _FAST is None else _FAST.plans.get(key)
     if p is None:
         if n < MIN_SIZE:
             # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
             # (bit-identical); hot ones the njit loop where it loads without a compile.
             c = _calls.get(key, 0)
-            if c >= 0:
-                c += 1
-                if c > WARM_CALLS:
-                    p = fast.plan(act.name, kind, dt, alias, cached_only=True)
-                    c = -1 if p is None else c
-                _calls[key] = c
+            if c < WARM_CALLS:
+                _calls[key] = c + 1
+            elif c == WARM_CALLS and _FAST is not None:
+                # hot, and Numba is loaded (a large call, warmup): the loop if cached
+                p = _FAST.plan(act.name, kind, dt, alias, cached_only=True)
+                if p is None:
+                    _calls[key] = c + 1  # not cached: the ufunc for good
             if p is None:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
                     cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
                 return o
         else:
-            p = fast.plan(act.name, kind, dt, alias)
+            p = (_FAST or _loops()).plan(act.name, kind, dt, alias)
+    fast = _FAST
     loop, par_kernel = p
     if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
         x = fast.mem_flat(x, order)
