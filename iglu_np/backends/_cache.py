@@ -17,7 +17,7 @@ until someone deletes the file; a cache directory it cannot write is replaced by
   prebuilt cache on a read-only file system, or one owned by another user): it is read,
   and a save that fails is skipped;
 * each of those reported once per process and directory
-  (:func:`iglu_np.backends.cpu.cache_problem`, a :class:`~iglu_np.backends.cpu.CacheWarning`).
+  (:func:`iglu_np.backends._cache_report.cache_problem`, a :class:`CacheWarning`).
 
 Imported only where something is compiled or loaded (it imports Numba).
 """
@@ -31,7 +31,7 @@ import llvmlite
 import numba
 from numba.core import caching
 
-from .cpu import cache_problem
+from ._cache_report import cache_problem
 
 __all__ = ["HealingCache", "enable"]
 

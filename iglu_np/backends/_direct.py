@@ -136,7 +136,7 @@ def load(file: Path, ufunc_name: str, nin: int):
         raw = file.read_bytes()
     except OSError:
         return None
-    from .cpu import cache_problem
+    from ._cache_report import cache_problem
 
     body = raw[len(MAGIC) + _DIGEST:]
     if not raw.startswith(MAGIC) or hashlib.sha256(body).digest() != raw[len(MAGIC):len(MAGIC) + _DIGEST]:

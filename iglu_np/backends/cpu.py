@@ -41,6 +41,7 @@ import numpy as np
 from .._kinds import Kind, kinds
 from .._spec import REGISTRY
 from . import _rebind
+from ._cache_report import CacheWarning, cache_problem  # noqa: F401  (CacheWarning: public)
 from ._rebind import Rebinder
 
 _PKG_DIR = Path(__file__).resolve().parent.parent
@@ -200,31 +201,6 @@ def kernel_hash(spec, extra: tuple = (), read=None) -> str:
         if read is None:
             _state[key] = h
     return h
-
-
-class CacheWarning(UserWarning):
-    """Something in iglu_np's kernel cache could not be used (a damaged entry, a directory
-    that cannot be written): it was skipped, and compiled again where needed. Results are
-    unaffected; only that compile's time is lost. Given once per process and directory."""
-
-
-_warned: set = set()
-
-
-def cache_problem(directory, what: str) -> None:
-    """Warn (:class:`CacheWarning`) about ``directory`` (a generated module's, or its
-    ``__pycache__``: the same one), once per process: the first problem found there names
-    it and says how to clear the cache; later ones are silent."""
-    d = Path(directory)
-    d = str(d.parent if d.name == "__pycache__" else d)
-    with _lock:
-        if d in _warned:
-            return
-        _warned.add(d)
-    import warnings
-
-    warnings.warn(f"iglu_np kernel cache {d}: {what}. Results are unaffected; "
-                  "'iglu-np cache --clear' empties the cache.", CacheWarning, stacklevel=3)
 
 
 def _candidates() -> list:
