@@ -86,12 +86,26 @@ def _host():
     return h
 
 
+def _version(pkg: str) -> str:
+    """An installed package's version without importing it (its dist-info directory's
+    name; importlib.metadata costs ~30 ms of imports on a first call)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(pkg)
+    if spec is not None and spec.origin:
+        site = Path(spec.origin).resolve().parent.parent
+        found = sorted(site.glob(f"{pkg}-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name[len(pkg) + 1:-len(".dist-info")]
+    from importlib.metadata import version
+
+    return version(pkg)
+
+
 def key() -> str:
     """16 hex digits naming everything the ufuncs' machine code may depend on (above)."""
     k = _state.get("key")
     if k is None:
-        from importlib.metadata import version
-
         import numpy as np
 
         pkg = Path(__file__).resolve().parent.parent
@@ -101,7 +115,7 @@ def key() -> str:
             d.update(p.read_bytes())
         env = sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")
                      or k in ("IGLU_NP_VMATH", "IGLU_NP_CPU_VECTOR_BITS"))
-        d.update(repr((version("numba"), version("llvmlite"), np.__version__, sys.version,
+        d.update(repr((_version("numba"), _version("llvmlite"), np.__version__, sys.version,
                        env, _host())).encode())
         k = _state["key"] = d.hexdigest()[:16]
     return k
