@@ -519,16 +519,16 @@ def _direct(name: str, kind: str, qual: str, n: int):
         return None
     from . import _direct
 
-    dirs = [_gen_dir()]
-    if not _state.get("writable", True):
-        try:
+    try:
+        dirs = [_gen_dir()]
+        if not _state.get("writable", True):
             dirs.append(_spill_dir())
-        except RuntimeError:
-            pass
-    for d in dirs:
-        u = _direct.load(_direct.path(d, name, kind), qual, n)
-        if u is not None:
-            return u
+        for d in dirs:
+            u = _direct.load(_direct.path(d, name, kind), qual, n)
+            if u is not None:
+                return u
+    except (OSError, RuntimeError, ImportError, ValueError):
+        pass  # no key or no directory here (a zipped install...): Numba's path
     return None
 
 

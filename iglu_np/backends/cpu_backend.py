@@ -166,6 +166,8 @@ def fast(act, kind, data, params, out):
         return None
     order = None  # C order; else the axis order of x's memory (cpu_fast.axis_order)
     if not fl.c_contiguous:
+        if _FAST is None and x.size < MIN_SIZE:
+            return None  # the ufunc, without importing the loops' module (and Numba)
         order = (_FAST or _loops()).axis_order(x)
         if order is None:
             return None
@@ -439,8 +441,8 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     if cdt is not _F32 and cdt is not _F64 and cdt != _F32 and cdt != _F64:
         return None
     x = vals[0]
-    if type(x) is not np.ndarray or x.ndim == 0:
-        return None
+    if type(x) is not np.ndarray or x.ndim == 0 or x.size < MIN_SIZE:
+        return None  # (before importing the loops' module: it imports Numba)
     fast = _FAST or _loops()
     shape = x.shape
     order = fast.axis_order(x)
