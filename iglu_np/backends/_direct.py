@@ -41,19 +41,20 @@ _state: dict = {}
 #: the JIT engines and C arrays each loaded ufunc points into: alive for the process
 _keep: list = []
 
+# opaque pointers (LLVM 15 and later) and typed ones (LLVM 14: Numba 0.59)
 _GIL_IR = """
 declare i32 @PyGILState_Ensure()
 declare void @PyGILState_Release(i32)
-define void @iglu_np_gil_ensure(ptr %s) {
+define void @iglu_np_gil_ensure({p} %s) {{
   %r = call i32 @PyGILState_Ensure()
-  store i32 %r, ptr %s
+  store i32 %r, {p} %s
   ret void
-}
-define void @iglu_np_gil_release(ptr %s) {
-  %v = load i32, ptr %s
+}}
+define void @iglu_np_gil_release({p} %s) {{
+  %v = load i32, {p} %s
   call void @PyGILState_Release(i32 %v)
   ret void
-}
+}}
 """
 
 
@@ -68,7 +69,11 @@ def _ll():
         if not ll.address_of_symbol("numba_gil_ensure"):
             tm = ll.Target.from_default_triple().create_target_machine(
                 reloc="default", codemodel="jitdefault")
-            ee = ll.create_mcjit_compiler(ll.parse_assembly(_GIL_IR), tm)
+            try:
+                mod = ll.parse_assembly(_GIL_IR.format(p="ptr"))
+            except RuntimeError:
+                mod = ll.parse_assembly(_GIL_IR.format(p="i32*"))
+            ee = ll.create_mcjit_compiler(mod, tm)
             ee.finalize_object()
             _keep.append(ee)
             for s in ("ensure", "release"):
@@ -128,7 +133,10 @@ def path(directory: Path, name: str, kind: str) -> Path:
 def _from_func_and_data():
     f = _state.get("mkufunc")
     if f is None:
-        from numpy._core import _multiarray_umath
+        try:
+            from numpy._core import _multiarray_umath
+        except ImportError:  # numpy 1.x
+            from numpy.core import _multiarray_umath
 
         api = ctypes.pythonapi.PyCapsule_GetPointer
         api.restype = ctypes.c_void_p
@@ -157,16 +165,21 @@ def load(file: Path, ufunc_name: str, nin: int):
         cache_problem(file.parent, f"skipped the damaged entry {file.name} and compiled it again")
         return None
     with _lock:
+        try:  # what this installation may lack: then Numba's path, nothing to report
+            ll = _ll()
+            host = _host()
+            make = _from_func_and_data()
+        except Exception:  # noqa: BLE001
+            return None
         try:
             rec = pickle.loads(body)
-            if tuple(rec["host"]) != _host() or rec["nin"] != nin:
+            if tuple(rec["host"]) != host or rec["nin"] != nin:
                 return None
-            ll = _ll()
             loops = rec["loops"]
             if any(not ll.address_of_symbol(s) for lp in loops for s in lp["undefined"]):
                 return None  # linking would abort the process: use Numba's path
             tm = ll.Target.from_default_triple().create_target_machine(
-                cpu=_host()[1], features=_host()[2], reloc="default", codemodel="jitdefault")
+                cpu=host[1], features=host[2], reloc="default", codemodel="jitdefault")
             ptrs = []
             for lp in loops:
                 # one engine per loop: the two dtypes' objects may define the same helper
@@ -185,7 +198,7 @@ def load(file: Path, ufunc_name: str, nin: int):
             doc = rec.get("doc", "").encode()
             _keep.extend((funcs, data, types, name, doc))
             # identity -1: PyUFunc_None, as Numba's vectorize gives
-            return _from_func_and_data()(ctypes.addressof(funcs), ctypes.addressof(data), types,
+            return make(ctypes.addressof(funcs), ctypes.addressof(data), types,
                                          n, nin, 1, -1, name, doc, 0)
         except Exception as e:  # noqa: BLE001  (anything unexpected: Numba's path)
             cache_problem(file.parent, f"could not load {file.name} ({type(e).__name__}: {e}); "
@@ -215,5 +228,5 @@ def save(file: Path, nin: int, wrappers, doc: str = "") -> None:
         tmp = file.with_name(f"{file.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)
         os.replace(tmp, file)
-    except (OSError, AttributeError, ValueError, RuntimeError):
+    except Exception:  # noqa: BLE001  (an optional copy: Numba's cache has the kernels)
         return

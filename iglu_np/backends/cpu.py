@@ -527,8 +527,8 @@ def _direct(name: str, kind: str, qual: str, n: int):
             u = _direct.load(_direct.path(d, name, kind), qual, n)
             if u is not None:
                 return u
-    except (OSError, RuntimeError, ImportError, ValueError):
-        pass  # no key or no directory here (a zipped install...): Numba's path
+    except Exception:  # noqa: BLE001  (no key or directory here, a zipped install...)
+        pass  # Numba's path, which needs none of it
     return None
 
 
