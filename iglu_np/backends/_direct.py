@@ -3,7 +3,7 @@
 Numba's own cache reloads a ufunc's scalar kernel in ~0.6 s of a fresh process: importing
 Numba (0.2-0.3 s), filling its target context (another 0.35 s, scipy's BLAS check among
 it), then compiling the ufunc's loop wrapper again. A process that calls one activation
-once (a command-line tool, a serverless handler, a test) paid that on every start.
+once (a command-line tool, a serverless handler, a test) would pay that on every start.
 
 So each ufunc's finished machine code is also kept here: when Numba builds the ufunc
 (:func:`iglu_np.backends.cpu.get_ufunc`), the object code of each loop wrapper (the
