@@ -1,4 +1,5 @@
-"""``iglu-np info``: activations, parameters, available backends and versions."""
+"""``iglu-np info``: activations, parameters, available backends, versions and the kernel
+cache (its directory, size, and how to clear it)."""
 from __future__ import annotations
 
 import importlib
@@ -35,7 +36,7 @@ def versions() -> dict:
 
 
 def main(args) -> int:
-    from . import ACTIVATIONS
+    from . import ACTIVATIONS, _cachecmd
 
     info = {
         "activations": {
@@ -44,6 +45,7 @@ def main(args) -> int:
         },
         "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
         "versions": versions(),
+        "cache": _cachecmd.describe(),
     }
     if args.json:
         import json
@@ -59,4 +61,5 @@ def main(args) -> int:
     for k, d in info["backends"].items():
         print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")
     print("\nversions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    print("\nkernel cache: " + _cachecmd.text(info["cache"]).replace("\n", "\n  "))
     return 0

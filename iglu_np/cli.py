@@ -20,6 +20,8 @@ COMMANDS = {
     "bench": ("iglu_np.bench", "measure the paper's speed table (Table 1) on this machine"),
     "train": ("iglu_np.nn.cli", "train the numpy MLP on a dataset with any activation"),
     "reproduce": ("iglu_np.reproduce", "regenerate the paper's figures and tables into a report"),
+    "warmup": ("iglu_np._warmup", "compile activations into the kernel cache ahead of their first call"),
+    "cache": ("iglu_np._cachecmd", "show where the compiled kernels are cached and their size, or clear them"),
 }
 
 EPILOG = """\
@@ -28,6 +30,8 @@ examples:
   iglu-np info                     the activations and their parameters
   iglu-np bench --quick iglu gelu  speed of two activations against a memory copy
   iglu-np train --activation iglu --param sigma=0.5
+  iglu-np warmup                   compile every activation into the cache (e.g. in an image)
+  iglu-np cache --clear            delete the compiled kernels
 
 Run 'iglu-np COMMAND --help' for a command's options."""
 

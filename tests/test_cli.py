@@ -43,7 +43,8 @@ def test_every_option_has_help_and_states_its_default(label, parser):
     assert "``" not in parser.format_help()
 
 
-@pytest.mark.parametrize("argv", [[], ["info"], ["bench"], ["train"], ["reproduce"]])
+@pytest.mark.parametrize("argv", [[], ["info"], ["bench"], ["train"], ["reproduce"], ["warmup"],
+                                  ["cache"]])
 def test_help_is_plain_text_and_fast(argv):
     """--help imports no sub-command but the one asked about, and never Numba, scikit-learn,
     scipy or matplotlib (it took 1.0-1.2 s when it did)."""

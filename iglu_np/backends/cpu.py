@@ -41,6 +41,7 @@ import numpy as np
 from .._kinds import Kind, kinds
 from .._spec import REGISTRY
 from . import _rebind
+from ._cache_report import CacheWarning, cache_problem  # noqa: F401  (CacheWarning: public)
 from ._rebind import Rebinder
 
 _PKG_DIR = Path(__file__).resolve().parent.parent
@@ -202,31 +203,102 @@ def kernel_hash(spec, extra: tuple = (), read=None) -> str:
     return h
 
 
+def _candidates() -> list:
+    """Cache roots in order of preference: IGLU_NP_CACHE_DIR, else $XDG_CACHE_HOME/iglu_np;
+    then ~/.cache/iglu_np and a per-user temporary directory."""
+    base = os.environ.get("IGLU_NP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    out = []
+    if base:
+        out.append(Path(base) / ("" if os.environ.get("IGLU_NP_CACHE_DIR") else "iglu_np"))
+    out.append(Path.home() / ".cache" / "iglu_np")
+    out.append(Path(tempfile.gettempdir()) / f"iglu_np-{os.getuid() if hasattr(os, 'getuid') else 'u'}")
+    return out
+
+
+def _writable(c: Path) -> bool:
+    try:
+        c.mkdir(parents=True, exist_ok=True)
+        # A per-process probe name: with one shared name, two processes starting
+        # together could each delete the other's probe, and the loser would fall
+        # back to another (cold) cache directory.
+        probe = c / f".write-probe-{os.getpid()}-{threading.get_ident()}"
+        probe.write_text("ok")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
 def _gen_dir() -> Path:
+    """``<root>/cpu`` of the first usable cache root (:func:`_candidates`): one that can
+    be written, or one that already holds a cache and can only be read (built by
+    ``iglu-np warmup`` into an image, or by another user); modules missing from a
+    read-only one are written to :func:`_spill_dir`."""
     d = _state.get("dir")
     if d is not None:
         return d
-    base = os.environ.get("IGLU_NP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    candidates = []
-    if base:
-        candidates.append(Path(base) / ("" if "IGLU_NP_CACHE_DIR" in os.environ else "iglu_np"))
-    candidates.append(Path.home() / ".cache" / "iglu_np")
-    candidates.append(Path(tempfile.gettempdir()) / f"iglu_np-{os.getuid() if hasattr(os, 'getuid') else 'u'}")
-    for c in candidates:
-        try:
-            c = c / "cpu"
-            c.mkdir(parents=True, exist_ok=True)
-            # A per-process probe name: with one shared name, two processes starting
-            # together could each delete the other's probe, and the loser would fall
-            # back to another (cold) cache directory.
-            probe = c / f".write-probe-{os.getpid()}-{threading.get_ident()}"
-            probe.write_text("ok")
-            probe.unlink()
-            _state["dir"] = c
-            return c
-        except OSError:
+    for c in _candidates():
+        c = c / "cpu"
+        if _writable(c):
+            _state["writable"] = True
+        elif c.is_dir() and os.access(c, os.R_OK | os.X_OK) and any(c.glob("*.py")):
+            _state["writable"] = False
+        else:
             continue
+        _state["dir"] = c
+        return c
     raise RuntimeError("iglu_np: no writable cache directory (set IGLU_NP_CACHE_DIR)")
+
+
+def _spill_dir() -> Path:
+    """Where modules go that a read-only cache directory lacks: the next writable root."""
+    d = _state.get("spill")
+    if d is None:
+        primary = _gen_dir()
+        for c in _candidates():
+            c = c / "cpu"
+            if c != primary and _writable(c):
+                d = _state["spill"] = c
+                break
+        else:
+            raise RuntimeError(f"iglu_np: the kernel cache {primary} is read-only and no "
+                               "other cache directory is writable (set IGLU_NP_CACHE_DIR)")
+    return d
+
+
+def cache_root() -> Path:
+    """The cache directory in use (the parent of :func:`_gen_dir`)."""
+    return _gen_dir().parent
+
+
+def cache_size(root: Path | None = None) -> tuple:
+    """``(bytes, files)`` under the cache root's ``cpu`` directory."""
+    d = (root or cache_root()) / "cpu"
+    n = size = 0
+    for dirpath, _, files in os.walk(d):
+        for f in files:
+            try:
+                size += os.stat(os.path.join(dirpath, f)).st_size
+                n += 1
+            except OSError:
+                continue
+    return size, n
+
+
+def clear_cache(root: Path | None = None) -> tuple:
+    """Delete the cache root's ``cpu`` directory (every generated module and its compiled
+    kernels; nothing else under the root); ``(bytes, files)`` removed."""
+    import shutil
+
+    d = (root or cache_root()) / "cpu"
+    size, n = cache_size(d.parent)
+    if d.is_dir():
+        shutil.rmtree(d)
+    for k in ("dir", "spill", "writable"):
+        _state.pop(k, None)
+    for k in [k for k in _state if k[0] == "mod"]:
+        del _state[k]  # their files are gone: written again on next use
+    return size, n
 
 
 #: Another key's files of a generated module are deleted, once a new key of it is written,
@@ -237,16 +309,51 @@ PRUNE_AFTER_S = 7 * 86400
 _KEYED = re.compile(r"^(?P<stem>.+)_(?P<h>[0-9a-f]{16})\.")
 
 
+def _holds(path: Path, src: bytes) -> bool:
+    try:
+        return path.read_bytes() == src
+    except OSError:
+        return False
+
+
+def _write(path: Path, src: bytes) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_bytes(src)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
 def write_generated(stem: str, h: str, src: str) -> Path:
     """``<cache dir>/<stem>_<h>.py`` holding ``src`` (written atomically where missing or
-    different); writing a new key prunes the stem's stale keys (:data:`PRUNE_AFTER_S`)."""
+    different: the name is the key of its content, so a different file is a damaged one);
+    writing a new key prunes the stem's stale keys (:data:`PRUNE_AFTER_S`). Where the
+    cache directory cannot be written, a module it lacks goes to :func:`_spill_dir`."""
     d = _gen_dir()
-    path = d / f"{stem}_{h}.py"
+    name = f"{stem}_{h}.py"
+    path = d / name
+    data = src.encode()
+    if _holds(path, data):
+        return path
     new = not path.exists()
-    if new or path.read_text() != src:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(src)
-        os.replace(tmp, path)
+    if not new:
+        cache_problem(d, f"rewrote the damaged module {name}")
+    try:
+        _write(path, data)
+    except OSError as e:
+        spill = _spill_dir()
+        cache_problem(d, f"cannot be written ({e.strerror or e}): kernels missing from it "
+                         f"are compiled into {spill}")
+        d, path = spill, spill / name
+        if _holds(path, data):
+            return path
+        new = not path.exists()
+        _write(path, data)
     if new:
         _prune(d, stem, h)
     return path
@@ -343,9 +450,11 @@ def _module(spec):
 _UFUNC_PATCH = threading.Lock()
 
 
-def _strided_out_safe():
+def _strided_out_safe(built=None):
     """A context manager under which Numba builds ufunc loops that honour out's step (see
-    above); a no-op if Numba's internals differ (get_ufunc's check then decides)."""
+    above); a no-op if Numba's internals differ (get_ufunc's check then decides). Each
+    loop wrapper built is appended to ``built`` as ``(info, signature)``, its library
+    keeping its object code (for :mod:`._direct`)."""
     import contextlib
 
     try:
@@ -371,9 +480,13 @@ def _strided_out_safe():
         # called under Numba's global compiler lock: no other build sees Arg
         wrappers.UArrayArg = Arg
         try:
-            return orig(library, context, fname, signature, objmode, cres)
+            info = orig(library, context, fname, signature, objmode, cres)
         finally:
             wrappers.UArrayArg = base
+        if built is not None:
+            info.library.enable_object_caching()  # not finalised yet: its object is kept
+            built.append((info, signature))
+        return info
 
     @contextlib.contextmanager
     def patched():
@@ -399,6 +512,50 @@ def _honours_out_step(u, n: int) -> bool:
     return True
 
 
+def _direct(name: str, kind: str, qual: str, n: int):
+    """The ufunc from its objects file (:mod:`._direct`), or None: there is none, it does
+    not apply, or ``IGLU_NP_DIRECT_LOAD=0``."""
+    if os.environ.get("IGLU_NP_DIRECT_LOAD", "1").strip() == "0":
+        return None
+    from . import _direct
+
+    try:
+        dirs = [_gen_dir()]
+        if not _state.get("writable", True):
+            dirs.append(_spill_dir())
+        for d in dirs:
+            u = _direct.load(_direct.path(d, name, kind), qual, n)
+            if u is not None:
+                return u
+    except Exception:  # noqa: BLE001  (no key or directory here, a zipped install...)
+        pass  # Numba's path, which needs none of it
+    return None
+
+
+def _compile_ufunc(spec, name: str, kind: str, qual: str, n: int) -> np.ufunc:
+    """The ufunc built by Numba (compiled, or its kernel loaded from Numba's cache); its
+    loops' machine code is then kept for :func:`_direct`."""
+    from numba.np.ufunc.dufunc import DUFunc
+
+    from . import _cache, _direct
+
+    mod = _module(spec)
+    fn = getattr(mod, qual)
+    sigs = [f"float32({', '.join(['float32'] * n)})", f"float64({', '.join(['float64'] * n)})"]
+    # numba.vectorize(sigs, cache=True)(fn), with the cache that survives damage
+    du = DUFunc(fn, cache=False)
+    _cache.enable(du._dispatcher)
+    wrappers = []
+    with _strided_out_safe(wrappers):
+        for sig in sigs:
+            du.add(sig)
+    du.disable_compile()
+    u = du.ufunc if hasattr(du, "ufunc") else du
+    if len(wrappers) == len(sigs) and os.environ.get("IGLU_NP_DIRECT_LOAD", "1").strip() != "0":
+        _direct.save(_direct.path(Path(mod.__file__).parent, name, kind), n, wrappers)
+    return u
+
+
 def get_ufunc(name: str, kind: str) -> np.ufunc:
     """The compiled numpy ufunc ``iglu_np_<name>_<kind>`` (float32 and float64 loops)."""
     key = ("ufunc", name, kind)
@@ -409,25 +566,21 @@ def get_ufunc(name: str, kind: str) -> np.ufunc:
         u = _state.get(key)
         if u is not None:
             return u
-        import numba
-
         spec = REGISTRY[name]
         if kind not in kernel_kinds(spec):
             raise KeyError(f"{name}: no kernel kind {kind!r}")
-        mod = _module(spec)
-        fn = getattr(mod, f"iglu_np_{name}_{kind}")
         n = n_inputs(spec, kind)
-        sigs = [f"float32({', '.join(['float32'] * n)})", f"float64({', '.join(['float64'] * n)})"]
-        with _strided_out_safe():
-            du = numba.vectorize(sigs, cache=True)(fn)
-        u = du.ufunc if hasattr(du, "ufunc") else du
+        qual = f"iglu_np_{name}_{kind}"
+        u = _direct(name, kind, qual, n) or _compile_ufunc(spec, name, kind, qual, n)
         if not _honours_out_step(u, n):
+            import numba
+
             raise RuntimeError(
                 f"iglu_np: Numba {numba.__version__} built a ufunc loop for {name}.{kind} that "
                 "ignores the output's stride (a strided out= would be written contiguously); "
                 "iglu_np's workaround no longer applies to this Numba version")
         try:
-            u.__name__ = f"iglu_np_{name}_{kind}"
+            u.__name__ = qual
             u.__module__ = __name__  # pickles by name via __getattr__ below (dask workers)
         except (AttributeError, TypeError):
             pass

@@ -16,9 +16,12 @@ Which one runs is decided here, on three paths:
 
 Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
 calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
-seconds of an njit compile; from :data:`THRESHOLD` elements the loops run on all Numba
-threads. This module is not part of the on-disk kernel cache key: editing it recompiles
-nothing.
+seconds of an njit compile; later ones take the loop only where the loops' module is
+loaded already (by a large call or ``iglu-np warmup`` in this process: it imports Numba)
+and the loop is compiled (in this process, or on disk), never compiling it. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
+threaded build is compiled by the first such call, with the single-thread one. No call
+after the first of its kind, dtype and size class compiles. This module is not part of
+the on-disk kernel cache key: editing it recompiles nothing.
 """
 from __future__ import annotations
 
@@ -83,9 +86,11 @@ def _min_size_default() -> int:
 # compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
 # results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
 # against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
-# seconds per activation x kind x dtype: code that calls once (tests, one-off use) never
-# pays it, hot code pays it once. Calls with array parameters or reductions below
-# MIN_SIZE always take the ufunc.
+# seconds per activation x kind x dtype (gelu float32 0.6 s), and a compile in the middle
+# of a run of small calls is a stall nobody asked for, and so is importing Numba (0.2 s;
+# the ufuncs load without it: cpu._direct): after WARM_CALLS calls the loop is loaded if
+# Numba is and the loop is cached (milliseconds), else the ufunc stays. Calls with array
+# parameters or reductions below MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
 WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
 
@@ -103,7 +108,9 @@ def set_threshold(n: int) -> None:
 
 
 _FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
-_calls: dict = {}  # (name, kind, dtype char) -> small calls served by the ufunc so far
+_calls: dict = {}  # plan key -> small calls served by the ufunc (> WARM_CALLS: for good)
+_threaded: set = set()  # plan keys whose threaded kernel is compiled for the fast path
+_ready_sigs: set = set()  # (kernel id, argument types) compiled for the general path
 
 
 def _loops():
@@ -159,6 +166,8 @@ def fast(act, kind, data, params, out):
         return None
     order = None  # C order; else the axis order of x's memory (cpu_fast.axis_order)
     if not fl.c_contiguous:
+        if _FAST is None and x.size < MIN_SIZE:
+            return None  # the ufunc, without importing the loops' module (and Numba)
         order = (_FAST or _loops()).axis_order(x)
         if order is None:
             return None
@@ -207,21 +216,30 @@ def fast(act, kind, data, params, out):
                 elif np.may_share_memory(out, a):
                     return None
         o = out
-    fast = _FAST or _loops()
     n = x.size
     key = (act.name, kind, dt.char, alias)
-    p = fast.plans.get(key)
+    # the loops' module imports Numba: small calls through the ufunc do without it
+    p = None if _FAST is None else _FAST.plans.get(key)
     if p is None:
         if n < MIN_SIZE:
             # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
-            # (bit-identical); the njit loop, seconds to compile, only for hot ones.
-            c = _calls[key] = _calls.get(key, 0) + 1
-            if c <= WARM_CALLS:
+            # (bit-identical); hot ones the njit loop where it loads without a compile.
+            c = _calls.get(key, 0)
+            if c < WARM_CALLS:
+                _calls[key] = c + 1
+            elif c == WARM_CALLS and _FAST is not None:
+                # hot, and Numba is loaded (a large call, warmup): the loop if cached
+                p = _FAST.plan(act.name, kind, dt, alias, cached_only=True)
+                if p is None:
+                    _calls[key] = c + 1  # not cached: the ufunc for good
+            if p is None:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
                     cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
                 return o
-        p = fast.plan(act.name, kind, dt, alias)
+        else:
+            p = (_FAST or _loops()).plan(act.name, kind, dt, alias)
+    fast = _FAST
     loop, par_kernel = p
     if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
         x = fast.mem_flat(x, order)
@@ -252,6 +270,9 @@ def fast(act, kind, data, params, out):
         ins = (*ins, o1)
     # typed parameters: the dispatcher would type a Python float as float64
     tv = [dt.type(v) for v in vals]
+    if key not in _threaded:
+        _ready(par_kernel, (*ins, True, *tv))
+        _threaded.add(key)
     fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
                 lambda: loop(*ins, 0, n, *vals), dt.char)
     return o
@@ -372,6 +393,17 @@ def _parallel(n: int) -> bool:
     return n >= THRESHOLD and fast.numba.get_num_threads() > 1
 
 
+def _ready(k, args) -> None:
+    """Compile (or load) threaded kernel ``k`` for ``args`` now. The busy-machine guard
+    (cpu_fast.launch) runs a kernel's first large call on one thread, so the threaded
+    build would otherwise compile inside the second call (gelu, 10^6 elements: 1.2 s)."""
+    typeof = (_FAST or _loops()).numba.typeof
+    sig = tuple(typeof(a) for a in args)
+    if (id(k), sig) not in _ready_sigs:
+        k.compile(sig)
+        _ready_sigs.add((id(k), sig))
+
+
 def _param(v, dt, shape, order=None):
     """A parameter as the loop takes it: a numpy scalar of dtype ``dt``, a flat
     contiguous array of x's shape (in x's memory order ``order``), or None when the loops
@@ -409,8 +441,8 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     if cdt is not _F32 and cdt is not _F64 and cdt != _F32 and cdt != _F64:
         return None
     x = vals[0]
-    if type(x) is not np.ndarray or x.ndim == 0:
-        return None
+    if type(x) is not np.ndarray or x.ndim == 0 or x.size < MIN_SIZE:
+        return None  # (before importing the loops' module: it imports Numba)
     fast = _FAST or _loops()
     shape = x.shape
     order = fast.axis_order(x)
@@ -454,6 +486,7 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         ins.append(fast.mem_flat(o, order))
     if _parallel(xf.size):
         k = fast.kernel(act.name, kind, True, alias)
+        _ready(k, (*ins, True, *ps))
         fast.launch(k, xf.size, lambda: k(*ins, True, *ps),
                     lambda: fast.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
     else:
@@ -598,6 +631,7 @@ def _reduce_params(act, vals: list, cdt):
             part[:] = 0.0
         elif _parallel(n):
             k = fast.kernel(act.name, "reduce_" + p, True)
+            _ready(k, (xf, gf, part, True, *ps))
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
                         lambda: fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
@@ -630,6 +664,7 @@ def _fused_backward(act, vals: list, cdt, out):
     of = fast.mem_flat(o, order)
     if _parallel(n):
         k = fast.kernel(act.name, "reduce_all", True)
+        _ready(k, (xf, gf, of, part, True, *ps))
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
                     lambda: fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)

@@ -46,7 +46,7 @@ from numba.extending import overload
 from .. import _forksafe
 from .._kinds import Kind
 from .._spec import REGISTRY
-from . import _wide, cpu
+from . import _cache, _wide, cpu
 
 __all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
@@ -99,7 +99,7 @@ def _njit(fn, cache=_CACHE, **opts):
     disp = _wide.njit_target()(py_func=fn, locals={},
                                targetoptions=dict(nopython=True, boundscheck=None, **_JIT, **opts))
     if cache:
-        disp.enable_caching()
+        _cache.enable(disp)  # Numba's on-disk cache, surviving damaged entries
     return _serialised_saves(disp)
 
 
@@ -596,13 +596,15 @@ def _serial_copy(fn):
 plans: dict = {}
 
 
-def plan(name: str, kind: str, dt: np.dtype, alias=None):
+def plan(name: str, kind: str, dt: np.dtype, alias=None, cached_only: bool = False):
     """``(loop, kernel)`` for ``kind`` on 1-D C-contiguous arrays of ``dt`` with scalar
     parameters: ``loop`` is the compiled entry point of ``loop_<kind>(x[, g], out, lo, hi,
     *params)`` (no type dispatch: ~0.2 us cheaper per call than the dispatcher) and
     ``kernel`` the ``run_<kind>`` dispatcher for threaded runs; with ``alias = j`` the
     in-place variants, without ``out`` (see :func:`kernel`). The caller guarantees the
-    argument types; parameters may be Python floats or numpy scalars."""
+    argument types; parameters may be Python floats or numpy scalars. ``cached_only``:
+    None unless the loop is compiled in this process or in the on-disk cache (a load,
+    milliseconds, instead of a compile, seconds)."""
     key = (name, kind, dt.char, alias)
     p = plans.get(key)
     if p is None:
@@ -613,6 +615,8 @@ def plan(name: str, kind: str, dt: np.dtype, alias=None):
         sig = (*ins, *((arr,) if alias is None else ()), nbt.intp, nbt.intp,
                *([t] * len(spec.param_names)))
         loop = getattr(_module(spec), f"loop_{kind}{variant(alias)}")
+        if cached_only and sig not in loop.overloads and not _on_disk(loop, sig):
+            return None
         loop.compile(sig)
         cres = loop.overloads.get(sig)
         if cres is None:
@@ -625,6 +629,16 @@ def plan(name: str, kind: str, dt: np.dtype, alias=None):
             cres = loop.overloads[sig]
         p = plans[key] = (cres.entry_point, kernel(name, kind, alias=alias))
     return p
+
+
+def _on_disk(disp, sig) -> bool:
+    """Whether ``disp``'s on-disk cache index lists ``sig`` for this CPU (the index alone
+    is read: a few hundred bytes)."""
+    cache = getattr(disp, "_cache", None)
+    cf = getattr(cache, "_cache_file", None)
+    if cf is None:
+        return False
+    return cache._index_key(sig, disp.targetctx.codegen()) in cf._load_index()
 
 
 # --------------------------------------------------------------------------- layouts

@@ -1,0 +1,64 @@
+"""No call after the first of an activation kind, dtype and size class compiles anything:
+a run of small calls never stalls on a loop compile (0.6 s for gelu's), and the second
+large call never compiles the threaded build (1.2 s for gelu's on 10^6 elements).
+Each case in a fresh process with an empty cache, counting Numba's compiles (every
+compile goes through numba.core.compiler.compile_extra; a cache hit does not)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from numba.core import compiler
+    n = [0]
+    real = compiler.compile_extra
+    def counting(*a, **k):
+        n[0] += 1
+        return real(*a, **k)
+    compiler.compile_extra = counting
+    import iglu_np
+    name, op, size, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    act = iglu_np.get(name)
+    x = np.linspace(-4, 4, size).astype(np.float32)
+    fn = {"fwd": lambda: act(x), "bwd": lambda: act.backward(x, x),
+          "params": lambda: act.backward_params(x, x),
+          "all": lambda: act.backward_all(x, x)[0]}[op]
+    first = fn()
+    counts = [n[0]]
+    for _ in range(calls - 1):
+        r = fn()
+        counts.append(n[0])
+    same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+               [(first, r)] if not isinstance(first, dict)) if calls > 1 else True
+    print(counts, same)
+""")
+
+
+def _counts(tmp_path, name, op, size, calls, **env):
+    e = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / "cache"), NUMBA_NUM_THREADS="2", **env)
+    e.pop("IGLU_NP_FAST_NOCACHE", None)
+    r = subprocess.run([sys.executable, "-c", CHILD, name, op, str(size), str(calls)], env=e,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts, same = r.stdout.split("]")
+    return [int(c) for c in counts.strip("[ ").split(",")], same.strip() == "True"
+
+
+def test_small_calls_never_compile_after_the_first(tmp_path):
+    counts, same = _counts(tmp_path, "relu", "fwd", 10, 12)
+    assert counts[0] > 0 and set(counts) == {counts[0]}, counts
+    assert same
+
+
+@pytest.mark.parametrize("op", ["fwd", "params"])
+def test_large_calls_never_compile_after_the_first(tmp_path, op):
+    counts, same = _counts(tmp_path, "leaky_relu", op, 1 << 17, 4,
+                           IGLU_NP_PARALLEL_THRESHOLD="65536")
+    assert counts[0] > 0 and set(counts) == {counts[0]}, counts
+    assert same
