@@ -378,7 +378,8 @@ def _mills_both(a):
     # s/a), and s/a at a = 0 made the raw float64 ufunc warn "divide by zero".
     a4 = T(4.0) if small else a + T(7.888609052210118e-31)
     s = _mills_s(a4)
-    m = _mills_poly(a if small else T(0.0))
+    a_poly = a if small else T(0.0)
+    m = _mills_poly(a_poly)
     m = m if small else s / a4
     return small, m, a4, s
 
@@ -398,11 +399,13 @@ def _npdf_shifted(t_hi, t_lo):
     T = type(t_hi)
     under, y, f = _npdf_exponent(t_hi, t_lo)
     d = t_hi < T(0.0) and y < T(-700.0)
-    y, g = _two_sum(y, T(_K1024_HI) if d else T(0.0))
+    k_hi = T(_K1024_HI) if d else T(0.0)
+    y, g = _two_sum(y, k_hi)
     f = f + (g + (T(_K1024_LO) if d else T(0.0)))
     ph = math.exp(y)
     ph = T(0.0) if under else ph + ph * f
-    return ph, (T(_TWO_M512) if d else T(1.0))
+    s = T(_TWO_M512) if d else T(1.0)
+    return ph, s
 
 
 @kernel
@@ -558,7 +561,8 @@ def _exponent_n(t_hi, t_lo):
     h = T(-0.5) * t_hi
     y = t_hi * h
     f = fma(t_hi, h, -y)
-    return y, (f if t_lo == T(0.0) else f - t_hi * t_lo)  # folded away for GELU's 0
+    f = f if t_lo == T(0.0) else f - t_hi * t_lo  # folded away for GELU's 0
+    return y, f
 
 
 @kernel
@@ -639,7 +643,9 @@ def _axn(x, a):
     T = type(x)
     u, u_lo = _axn_bulk(x, a)
     z = a == T(0.0) and math.isinf(x)
-    return (T(0.0) if z else u), (T(0.0) if z else u_lo)
+    u = T(0.0) if z else u
+    u_lo = T(0.0) if z else u_lo
+    return u, u_lo
 
 
 @kernel
@@ -660,7 +666,8 @@ def _gelu32_da(x, a):
     xd = numba.float64(x)
     ph = math.exp(D(-0.5) * (t * t) - D(LN_64H))
     r = (xd * ph) * xd
-    return T(D(0.0) if ph == D(0.0) else r)  # |x| = inf with a > 0: the limit 0
+    r = D(0.0) if ph == D(0.0) else r  # |x| = inf with a > 0: the limit 0
+    return T(r)
 
 
 # --------------------------------------------------------------------------- GELU
@@ -832,7 +839,8 @@ def _gate_of(s, m):
     m r^2."""
     T = type(s)
     r = T(1.0) / (T(1.0) + m)
-    return (m * r if s < T(0.0) else r), m, r
+    g = m * r if s < T(0.0) else r
+    return g, m, r
 
 
 @kernel
@@ -870,7 +878,8 @@ def _tanh_gate(x):
     s, h = _tanh_arg(x)
     h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
     neg = s < T(0.0)
-    m, sc = exp_scaled(-abs(s), h if neg else -h)
+    h_neg = h if neg else -h
+    m, sc = exp_scaled(-abs(s), h_neg)
     # (x > 0: the gate is 1/(1 + m) = 1 in the tail, where only the true m may enter)
     m = m if neg else m * sc
     sc = sc if neg else T(1.0)
@@ -913,7 +922,8 @@ def _tanh_gate_bulk(x):
     T = type(x)
     s, h = _tanh_arg(x)
     m = exp_normal(-abs(s))
-    return s, (m + m * h if s < T(0.0) else m - m * h)
+    mh = m + m * h if s < T(0.0) else m - m * h
+    return s, mh
 
 
 @kernel
