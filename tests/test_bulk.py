@@ -3,6 +3,8 @@ through them when every element is in the domain. They must give the exact kerne
 bits there (the ufuncs and the Numba CUDA kernels run the exact ones; the CuPy C++ takes
 the bulk per element, checked by the host-compiled C++ in test_gpu_cxx), and a block with
 any element outside must give the exact answer, in place too."""
+import functools
+
 import numba
 import numpy as np
 import pytest
@@ -30,6 +32,7 @@ EMPTY = {("xielu", "float64"): "float64 xIELU's derivative takes a double-word r
                                 "across 2 x0 <= x <= x0/2: a bulk kernel would need it too"}
 
 
+@functools.lru_cache(maxsize=None)  # the parameters are arguments: compile each kernel once
 def _ufunc(fn, n_in, dtype):
     sig = numba.from_dtype(np.dtype(dtype))
     return numba.vectorize([sig(*([sig] * n_in))])(fn)
