@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.xdist_group("numba_cuda")  # module fixtures: run once, on one worker
-
 import iglu_np
 from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
 from iglu_np.backends import cxx
@@ -298,6 +296,9 @@ def _compare(got, want, dt, what):
     assert worst <= ULP[dt], f"{what}: {worst} ulp; got {got.ravel()[np.argmax(d)]!r}, cpu {want.ravel()[np.argmax(d)]!r}"
 
 
+# One worker runs the simulator child (every activation, as Python: the costly fixture);
+# the PTX tests above spread over the workers, each paying the nc fixture's one compile.
+@pytest.mark.xdist_group("numba_cuda_simulator")
 @pytest.mark.parametrize("name,case", _case_ids(), ids=lambda v: str(v))
 def test_simulator_matches_cpu(sim_results, name, case):
     pre = f"{name}/{case}/"
