@@ -283,7 +283,9 @@ def exp_scaled_times(y, a):
         kl = T(_K1024_LO64) if big else T(_K64_LO64)
     hi = y + (kh if tail else T(0.0))
     lo = kl if tail else T(0.0)
-    return (a_s if tail else a), exp_dw(hi, lo), (T(_TWO_M64) if tail else T(1.0))
+    a_out = a_s if tail else a
+    s = T(_TWO_M64) if tail else T(1.0)
+    return a_out, exp_dw(hi, lo), s
 
 
 # 192 ln2 (float32) and 1152 ln2 (float64): 3 and 18 times the above, on the same grids
@@ -315,7 +317,9 @@ def exp_scaled_over(y, ylo, b):
         kl = T(_K1152_LO64) if small else T(_K64_LO64)
     hi = y + (kh if tail else T(0.0))
     lo = ylo + (kl if tail else T(0.0))
-    return exp_dw(hi, lo), (b_s if tail else b), (T(_TWO_M64) if tail else T(1.0))
+    b_out = b_s if tail else b
+    s = T(_TWO_M64) if tail else T(1.0)
+    return exp_dw(hi, lo), b_out, s
 
 
 @kernel

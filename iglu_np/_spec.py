@@ -33,6 +33,10 @@ def kernel(fn):
     Kernels may call other kernels, ``math`` functions and nothing else; they must be
     imported into the calling module by name (``from iglu_np._math import log1p_exp``),
     because backends rebind those global names to their compiled versions.
+
+    A conditional value is named before it goes into a returned tuple or a call
+    (``s = a if c else b; return x, s``): from Python 3.12's bytecode, numba-cuda-mlir
+    compiles ``return x, (a if c else b)`` through local memory (tests/test_mlir_ptx.py).
     """
     _KERNELS.add(fn)
     return fn

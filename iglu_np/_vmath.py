@@ -243,7 +243,8 @@ def _reduce_ln2(x):
     """k, r with x = k ln2 + r, |r| <= ln2/2 (+ rounding); k is 0 for NaN."""
     T = type(x)
     kf, r = _kf_r(x)
-    return _int_k(T(0.0) if kf != kf else kf), r
+    kf = T(0.0) if kf != kf else kf
+    return _int_k(kf), r
 
 
 @_jit
@@ -316,7 +317,8 @@ def exp_expm1_neg(x):
     e = (T(1.0) + p) * two
     # expm1's k <= 0 form; below its clamp it gives -1 here too (2^k - 1 rounds to -1).
     m = two * p + (two - T(1.0))
-    return e, (x if x == T(0.0) else m)
+    m = x if x == T(0.0) else m
+    return e, m
 
 
 @_jit
@@ -416,7 +418,8 @@ def log1p(x):
     big = u > T(9.0e15) if not _f32(x) else u > T(1.6e7)
     c = T(0.0) if big else c
     ok = u > T(0.0) and u < T(math.inf)
-    r = _log_core(u if ok else T(1.0), c)
+    u = u if ok else T(1.0)
+    r = _log_core(u, c)
     r = x if (x == T(0.0) or x == T(math.inf)) else r
     r = T(-math.inf) if x == T(-1.0) else r
     r = T(math.nan) if (x < T(-1.0) or x != x) else r

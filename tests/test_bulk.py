@@ -3,6 +3,8 @@ through them when every element is in the domain. They must give the exact kerne
 bits there (the ufuncs and the Numba CUDA kernels run the exact ones; the CuPy C++ takes
 the bulk per element, checked by the host-compiled C++ in test_gpu_cxx), and a block with
 any element outside must give the exact answer, in place too."""
+import functools
+
 import numba
 import numpy as np
 import pytest
@@ -30,6 +32,7 @@ EMPTY = {("xielu", "float64"): "float64 xIELU's derivative takes a double-word r
                                 "across 2 x0 <= x <= x0/2: a bulk kernel would need it too"}
 
 
+@functools.lru_cache(maxsize=None)  # the parameters are arguments: compile each kernel once
 def _ufunc(fn, n_in, dtype):
     sig = numba.from_dtype(np.dtype(dtype))
     return numba.vectorize([sig(*([sig] * n_in))])(fn)
@@ -76,7 +79,9 @@ def test_bulk_kernels_equal_exact_in_domain(name, dtype):
             _same(got, want)
 
 
-@pytest.mark.parametrize("dtype", DT, ids=IDS)
+# The block logic is one template for both dtypes (the bulk kernels' bits per dtype are the
+# test above): float32 by default, float64 with -m slow; each case compiles the fast path.
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)], ids=IDS)
 @pytest.mark.parametrize("name", BULK)
 def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
     act = iglu_np.get(name)

@@ -27,8 +27,10 @@ def _check(names, kinds):
 
 
 def test_mlir_compiles_the_kernels_offline():
-    # iglu (atan, divisions), gelu_tanh (two_prod), silu (exp_scaled), elu, relu: ~15 s
-    rows = _check(["iglu", "gelu_tanh", "silu", "elu", "relu"], ["fwd", "dx", "bwd"])
+    # iglu (atan, divisions), gelu_tanh (two_prod), silu (exp_scaled), elu (exp_scaled_times):
+    # helpers with conditional values, which cost local memory from Python 3.12 unless
+    # named first (iglu_np._spec.kernel); bwd holds dx's code
+    rows = _check(["iglu", "gelu_tanh", "silu", "elu"], ["fwd", "bwd"])
     assert all(v == "False" for v in rows.values()), rows  # no local memory
 
 

@@ -21,8 +21,7 @@ def _ops(act):
     yield "bwd_all", 2, lambda *a, out: act.backward_all(*a, out=out)[0]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+_OVERLAP_CASES = dict(
     name=st.sampled_from(NAMES),
     dt=st.sampled_from([np.float32, np.float64]),
     n=st.sampled_from([5, 100, 2047, 2048, 5000, 70_000]),
@@ -30,9 +29,26 @@ def _ops(act):
     which=st.integers(0, 1),
     repeat=st.integers(1, 10),
 )
+
+
+# Each example compiles the loops of a new activation and dtype on a cold cache: the
+# default run draws 30 (every op, sizes and shifts of a few activations), the slow one 150.
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_OVERLAP_CASES)
 def test_out_overlapping_an_operand_gives_numpys_answer(name, dt, n, shift, which, repeat):
     """out= a shifted view of the buffer x (or grad_out) lives in, both directions, every
     op; repeated calls go past the small-call tier to the compiled loops."""
+    _check_overlap(name, dt, n, shift, which, repeat)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_OVERLAP_CASES)
+def test_out_overlapping_an_operand_gives_numpys_answer_at_length(name, dt, n, shift, which, repeat):
+    _check_overlap(name, dt, n, shift, which, repeat)
+
+
+def _check_overlap(name, dt, n, shift, which, repeat):
     act = iglu_np.get(name)
     rng = np.random.default_rng(n + shift)
     for op, n_data, call in _ops(act):

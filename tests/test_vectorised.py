@@ -213,18 +213,37 @@ def _probe(cpu, names):
     atan, mul = res["atan"], res["mul"]
     assert not atan["simd"] and any("atan" in c for c in atan["calls"]), (cpu, atan)
     assert mul["simd"] and mul["packed"] > 0 and not mul["calls"], (cpu, mul)
-    bad = {k: st for k, st in res["loops"].items()
-           if (not st["simd"] or st["libm"]) and tuple(k.rsplit("-", 2)) not in _KNOWN}
+    known = _known_scalar_on(cpu)
+    scalar = {tuple(k.rsplit("-", 2)): st for k, st in res["loops"].items() if not st["simd"] or st["libm"]}
+    bad = {k: st for k, st in scalar.items() if k not in known}
     assert not bad, (cpu, bad)
+    # strict, as KNOWN_SCALAR's xfail: a loop that vectorises again is taken off the list
+    fixed = {k for k in known if k[0] in names and k not in scalar}
+    assert not fixed, (cpu, "vectorises now; remove from the known scalar loops", fixed)
 
 
 _KNOWN = {(n, k, np.dtype(d).name) for n, k, d in KNOWN_SCALAR}
+# xIELU's float64 derivative takes its root form (xielu_root_lo, ~250 float64 operations
+# on the parameters alone) under a branch. From Python 3.12's bytecode Numba builds an IR
+# in which LLVM's cost model for haswell and skylake-avx512 keeps the backward loop scalar
+# ("vectorization is not beneficial"; Python 3.11, same Numba and LLVM: vectorised; numpy's
+# version plays no part). znver4 and sapphirerapids vectorise it on every Python.
+_KNOWN_FROM_PY312 = {"haswell": {("xielu", "bwd", "float64")},
+                     "skylake-avx512": {("xielu", "bwd", "float64")}}
+
+
+def _known_scalar_on(cpu):
+    extra = _KNOWN_FROM_PY312.get(cpu, set()) if sys.version_info >= (3, 12) else set()
+    return _KNOWN | extra
 
 
 # xIELU's and CELU's float64 forwards: written with branches, LLVM's cost model for Intel's
 # AVX-512 targets (skylake-avx512 .. emeraldrapids) keeps them scalar (about 3x slower than
-# as selects), where znver4 and haswell vectorise them.
-@pytest.mark.parametrize("cpu", CPUS)
+# as selects), where znver4 and haswell vectorise them. Each CPU is a fresh process compiling
+# three activations (~45 s on one core): the default run takes skylake-avx512 (the cost
+# model that keeps those loops scalar), the slow one all.
+@pytest.mark.parametrize("cpu", [c if c == "skylake-avx512" else pytest.param(c, marks=pytest.mark.slow)
+                                 for c in CPUS])
 def test_detector_and_some_loops_on_other_cpus(cpu):
     _probe(cpu, ["iglu", "xielu", "celu"])
 

@@ -75,7 +75,8 @@ def z_gate_f(x, sigma):
     # Where tp is subnormal (sigma |x| < 2^-62) u = -1/t > 2^62 and its rounding is
     # below 2^-86 in atan(u).
     tn = tp if neg else -abs(tp) - T(1.0)
-    a = math.atan((T(-1.0) / tn) * c if neg else t)
+    u = (T(-1.0) / tn) * c if neg else t
+    a = math.atan(u)
     return a / T(math.pi) if neg else T(0.5) + a / T(math.pi)
 
 
@@ -113,7 +114,8 @@ def _inv_min(t):
     # 2^-100 (= w wherever big; 0 and subnormals become 2^-100) keeps that division free of
     # FP flags (divide by zero, overflow), which the raw ufunc reports as warnings.
     r = T(1.0) / ((w + T(7.888609052210118e-31)) if big else T(1.0))
-    return t < T(0.0), big, (r if big else w)
+    r = r if big else w
+    return t < T(0.0), big, r
 
 
 @kernel

@@ -140,7 +140,9 @@ def _ladder(v, n, up, down, s):
     """(v up, n + s) where v < down (= 1/up, up = 2^s exactly), else (v, n)."""
     T = type(v)
     low = v < down
-    return (v * up if low else v), (n + s if low else n)
+    v = v * up if low else v
+    n = n + s if low else n
+    return v, n
 
 
 @kernel

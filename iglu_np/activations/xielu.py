@@ -86,7 +86,8 @@ def _quad_scale(a, beta):
     big = abs(a) > T(_Q64_BIG) or (abs(beta) > T(_Q64_BIG) and abs(a) > T(1.0))
     s = T(_TWO_200) if small else (T(0.5) if big else T(1.0))
     si = T(_TWO_M200) if small else T(1.0)
-    return a * s, beta * s, si, (T(2.0) if big else T(1.0))
+    so = T(2.0) if big else T(1.0)
+    return a * s, beta * s, si, so
 
 
 @kernel
@@ -673,8 +674,12 @@ def xiprelu_f_prepared(x, ap, an, beta, pa, pb, pi, po, na, nb, ni, no):
     """xiprelu_f(x, ap, an, beta), bit for bit, given xiprelu_f_prep(...)."""
     T = type(x)
     pos = x > T(0.0)
-    return _quad(x, ap if pos else an, beta, pa if pos else na, pb if pos else nb,
-                 pi if pos else ni, po if pos else no)
+    a = ap if pos else an
+    a_s = pa if pos else na
+    b_s = pb if pos else nb
+    si = pi if pos else ni
+    so = po if pos else no
+    return _quad(x, a, beta, a_s, b_s, si, so)
 
 
 # Each side's scaling from its parameters alone: the CPU loops hoist it; GPU kernels with
