@@ -8,7 +8,7 @@ load hits both alike).
 
     python examples/bench_vs_sklearn.py [--epochs 100] [--seeds 5] [--blas-threads 1]
 
-Needs scikit-learn (``pip install iglu-np[examples]``).
+Needs scikit-learn (``pip install ".[examples]"`` in the checkout).
 """
 import argparse
 import contextlib

@@ -8,7 +8,7 @@ loss. Writes table4_digits.md, table4_digits.csv and table4_digits.png to --out.
     python examples/imbalanced_digits.py --quick          # ~1 minute on 2 cores
     python examples/imbalanced_digits.py                  # full setting, ~10 minutes
 
-Needs scikit-learn (digits) and, for the plot, matplotlib: pip install iglu-np[examples].
+Needs scikit-learn (digits) and, for the plot, matplotlib: pip install ".[examples]" in the checkout.
 """
 import argparse
 

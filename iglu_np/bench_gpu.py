@@ -32,7 +32,7 @@ def _cupy():
     try:
         import cupy
     except ImportError:
-        raise RuntimeError("the GPU benchmark needs cupy: pip install 'iglu-np[cuda12]' or '[cuda13]'") from None
+        raise RuntimeError("the GPU benchmark needs cupy: pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout") from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver

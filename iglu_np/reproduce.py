@@ -71,7 +71,7 @@ def _plt():
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - exercised without the extra
         raise SystemExit(
-            "iglu-np reproduce needs matplotlib: pip install 'iglu-np[examples]'"
+            "iglu-np reproduce needs matplotlib: pip install '.[examples]' in the iglu_np checkout"
         ) from e
     return plt
 

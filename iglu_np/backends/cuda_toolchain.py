@@ -53,10 +53,10 @@ def problem(toolchain: str | None = None) -> str | None:
     if toolchain == MLIR:
         if not _installed("numba_cuda_mlir"):
             return (f"{_ENV}={MLIR} but numba-cuda-mlir is not installed: "
-                    "pip install 'iglu-np[cuda13]' (or '[cuda12]')")
+                    "pip install '.[cuda13]' (or '.[cuda12]') in the iglu_np checkout")
         return None
     if not _installed("numba_cuda"):
-        return "neither numba-cuda-mlir nor numba-cuda is installed: pip install 'iglu-np[cuda13]' (or '[cuda12]')"
+        return "neither numba-cuda-mlir nor numba-cuda is installed: pip install '.[cuda13]' (or '.[cuda12]') in the iglu_np checkout"
     if not hasattr(np, "row_stack") and not _simulator_requested():
         from importlib.metadata import PackageNotFoundError, version
 
@@ -66,7 +66,7 @@ def problem(toolchain: str | None = None) -> str | None:
             ver = "?"
         return (f"numba-cuda {ver} cannot compile kernels on numpy {np.__version__}: it overloads "
                 "numpy.row_stack, which numpy 2.5 removed, and is in maintenance mode. Install its "
-                "successor numba-cuda-mlir (pip install 'iglu-np[cuda13]' or '[cuda12]'), or use numpy<2.5")
+                "successor numba-cuda-mlir (pip install '.[cuda13]' or '.[cuda12]' in the iglu_np checkout), or use numpy<2.5")
     return None
 
 

@@ -59,7 +59,7 @@ def status():
     try:
         import cupy
     except ImportError:
-        return False, "cupy not installed (pip install 'iglu-np[cuda12]' or '[cuda13]')"
+        return False, "cupy not installed (pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout)"
     except Exception as e:  # a broken install (wrong CUDA major) raises other errors
         return False, f"cupy fails to import ({type(e).__name__}: {e})"
     ver = cupy.__version__

@@ -83,13 +83,13 @@ def stratified_split(y, test_size: float, random_state=None):
 def load_digits(dtype=np.float32):
     """scikit-learn's bundled 8x8 digits (1797 images, 10 classes; offline), pixels in [0, 1].
 
-    Needs the optional ``scikit-learn`` dependency (``pip install iglu-np[examples]``).
+    Needs the optional ``scikit-learn`` dependency (``pip install ".[examples]"`` in the checkout).
     """
     try:
         from sklearn.datasets import load_digits as _ld
     except ImportError as e:
         raise ImportError(
-            "the digits dataset ships with scikit-learn: pip install 'iglu-np[examples]' "
+            "the digits dataset ships with scikit-learn: pip install '.[examples]' in the iglu_np checkout "
             "(or pip install scikit-learn)"
         ) from e
     d = _ld()
