@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+from .compile_counter import COUNT_COMPILES
 from .test_cache_heal import _read_only_runner, _writable_again
 
 
@@ -31,13 +32,7 @@ def _cli(env, *argv, wrap=None):
 USER = textwrap.dedent("""
     import json, warnings
     import numpy as np
-    from numba.core import compiler
-    n = [0]
-    real = compiler.compile_extra
-    def counting(*a, **k):
-        n[0] += 1
-        return real(*a, **k)
-    compiler.compile_extra = counting
+""") + COUNT_COMPILES + textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import iglu_np

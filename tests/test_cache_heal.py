@@ -15,19 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from .compile_counter import COUNT_COMPILES
+
 # The child computes relu through its ufunc (small arrays, both dtypes) and through the
 # single-thread loop (10,000 elements), and counts Numba compiles (each compile_extra,
 # the entry point of every compile; a cache hit never reaches it).
 CHILD = textwrap.dedent("""
     import hashlib, json, sys, warnings
     import numpy as np
-    from numba.core import compiler
-    n = [0]
-    real = compiler.compile_extra
-    def counting(*a, **k):
-        n[0] += 1
-        return real(*a, **k)
-    compiler.compile_extra = counting
+""") + COUNT_COMPILES + textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import iglu_np

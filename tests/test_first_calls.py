@@ -12,16 +12,12 @@ import textwrap
 
 import pytest
 
+from .compile_counter import COUNT_COMPILES
+
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np
-    from numba.core import compiler
-    n = [0]
-    real = compiler.compile_extra
-    def counting(*a, **k):
-        n[0] += 1
-        return real(*a, **k)
-    compiler.compile_extra = counting
+""") + COUNT_COMPILES + textwrap.dedent("""
     import iglu_np
     name, op, size, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     act = iglu_np.get(name)
