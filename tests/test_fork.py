@@ -55,3 +55,42 @@ def test_pool_children_after_threaded_use_on_every_layer_that_loads_here():
         _check(rep)
         ran.append(layer)
     assert "workqueue" in ran
+
+
+# A thread that holds the CPU backend's build lock when another forks: the child must not
+# wait for a lock whose owner does not exist there.
+_LOCK_HELD_AT_FORK = """
+import os, sys, threading, time
+import numpy as np, iglu_np
+from iglu_np.backends import cpu
+held, release = threading.Event(), threading.Event()
+def holder():
+    with cpu._lock:
+        held.set()
+        release.wait()
+t = threading.Thread(target=holder)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    x = np.linspace(-2, 2, 5)
+    os._exit(0 if np.array_equal(iglu_np.softsign(x), x / (1 + abs(x))) else 3)
+release.set()
+t.join()
+for _ in range(1200):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.1)
+os.kill(pid, 9)
+sys.exit("the forked child hung on the build lock")
+"""
+
+
+def test_child_forked_while_a_thread_builds_kernels_does_not_wait_for_that_thread():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c",
+                        _LOCK_HELD_AT_FORK], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

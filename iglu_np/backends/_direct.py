@@ -38,6 +38,17 @@ MAGIC = b"iglu_np ufunc objects 1\n"
 _DIGEST = 32
 _lock = threading.Lock()
 _state: dict = {}
+
+
+def _new_lock_in_child():
+    # as cpu._lock: a lock held by another thread at fork() would never be released in
+    # the child
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 #: the JIT engines and C arrays each loaded ufunc points into: alive for the process
 _keep: list = []
 

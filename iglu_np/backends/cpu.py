@@ -49,6 +49,18 @@ _lock = threading.RLock()
 _state: dict = {}
 
 
+def _new_lock_in_child():
+    # A fork while another thread builds kernels copies _lock held by a thread that does
+    # not exist in the child: its first build would wait forever. The child starts with a
+    # free lock instead (what it guarded is at worst a build the child repeats).
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def kernel_kinds(spec) -> list:
     return kinds(spec.param_names)
 
