@@ -1,10 +1,13 @@
 """The dtype and promotion rules every backend applies (one home for them).
 
-* A float16 / float32 input computes in float32, float64 in float64; integers and
-  booleans compute in float64 (:func:`compute_dtype`); inputs promote together as numpy's
-  ``promote_types`` says.
+* A float16 / bfloat16 / float32 input computes in float32, float64 in float64; integers
+  and booleans compute in float64 (:func:`compute_dtype`); inputs promote together as
+  numpy's ``promote_types`` says.
 * When some input is float16 and none is a wider float, the result is returned as
-  float16 (:func:`all_half`).
+  float16 (:func:`all_half`); likewise bfloat16 (:func:`narrow_result` names either).
+  float16 beside bfloat16 returns float32, as ``ml_dtypes`` promotes them.
+* bfloat16 is ``ml_dtypes.bfloat16`` (an optional extra), recognised by its name
+  (:func:`is_bf16`) so that this module never imports ``ml_dtypes``.
 * A float32 computation whose parameter float32 cannot hold computes in float64 and
   rounds once at the end (:func:`widened`); backends that cannot do that refuse the call
   (:func:`f32_range_error`).
@@ -16,13 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["F16", "F32", "F64", "compute_dtype", "dtype_of", "all_half", "beyond_f32",
-           "widened", "f32_range_error", "unbroadcast"]
+__all__ = ["F16", "F32", "F64", "is_bf16", "compute_dtype", "dtype_of", "all_half",
+           "narrow_result", "beyond_f32", "widened", "f32_range_error", "unbroadcast"]
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 _COMPUTE = {F16: F32, F32: F32, F64: F64}
+
+
+def is_bf16(dt) -> bool:
+    """``dt`` is ``ml_dtypes.bfloat16`` (known by name: ``ml_dtypes`` is not imported)."""
+    return isinstance(dt, np.dtype) and dt.name == "bfloat16" and dt.itemsize == 2
 
 
 def compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
@@ -35,9 +43,11 @@ def compute_dtype(name: str, what: str, dt: np.dtype) -> np.dtype:
         return c
     if dt.kind in "biu":
         return F64
+    if is_bf16(dt):
+        return F32
     raise TypeError(
         f"{name}: unsupported dtype {dt} for {what}; expected a real floating "
-        "(float16/32/64), integer or boolean array"
+        "(float16/32/64, bfloat16), integer or boolean array"
     )
 
 
@@ -61,6 +71,24 @@ def all_half(data) -> bool:
         elif dt is not None and dt.kind == "f":
             return False
     return half
+
+
+def narrow_result(data):
+    """The 16-bit float dtype (float16 or bfloat16) a result is returned as: the one
+    every floating input has, when some input is floating and all of those share it;
+    else None (a wider float, or float16 beside bfloat16: float32)."""
+    narrow = None
+    for d in data:
+        dt = getattr(d, "dtype", None)
+        if not isinstance(dt, np.dtype):
+            continue
+        if dt == F16 or is_bf16(dt):
+            if narrow is not None and narrow != dt:
+                return None
+            narrow = dt
+        elif dt.kind == "f":
+            return None
+    return narrow
 
 
 F32_MAX = float(np.finfo(np.float32).max)
