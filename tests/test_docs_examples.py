@@ -3,7 +3,8 @@
 Every ``>>>`` example in README.md (inside its fenced code blocks) and in docs/**/*.rst is
 executed and its output compared, so an example that stops working fails the suite.
 Python code shown without prompts (the GPU examples, which need a GPU) must say in its
-first line why it is not run.
+first line why it is not run. A page whose examples need an optional package says so in
+an rst comment, ``.. doctest-requires: torch``, and is skipped where that is missing.
 """
 import doctest
 import re
@@ -27,6 +28,7 @@ def _pages():
 
 PAGES = _pages()
 _FENCE = re.compile(r"^```(\w*)\s*$")
+_REQUIRES = re.compile(r"^\.\. doctest-requires: *(.+?)\s*$", re.M)
 
 
 def _markdown_blocks(text: str):
@@ -83,6 +85,9 @@ WITH_EXAMPLES = [p for p in PAGES if _has_examples(p)]
                          ids=[str(p.relative_to(ROOT)) for p in WITH_EXAMPLES])
 def test_page_examples_run(path):
     name = str(path.relative_to(ROOT))
+    for line in _REQUIRES.findall(path.read_text()):
+        for module in line.replace(",", " ").split():
+            pytest.importorskip(module, reason=f"{name}'s examples need {module}")
     test = doctest.DocTestParser().get_doctest(_doctest_text(path), {"__name__": "__docs__"},
                                                name, name, 0)
     report = []
