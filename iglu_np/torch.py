@@ -46,6 +46,7 @@ from types import MappingProxyType
 import numpy as np
 
 from . import _params
+from ._api import Activation as _Act
 from ._api import _acts
 
 __all__ = ["Activation", "FUNCTIONS", "MODULES", "class_name"]
@@ -79,7 +80,7 @@ def _from_np(a, dtype: torch.dtype, shape) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
     else:
         t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to(dtype).reshape(shape)
+    return t.to(dtype).reshape(shape).contiguous()
 
 
 def _params_of(act, args):
@@ -170,7 +171,7 @@ def _backward_cuda(act, grad, x, params, needs):
     if gx is not None and gx.dtype != x.dtype:
         gx = gx.to(x.dtype)
     return gx, {n: torch.from_dlpack(grads[n]).to(params[n].dtype).reshape(params[n].shape)
-                for n in want}
+                .contiguous() for n in want}
 
 
 # --------------------------------------------------------------------------- the ops
@@ -219,7 +220,8 @@ def _define_ops(act):
         *args, needs = args
         tensors = args[1::2]
         out = [torch.empty_like(x)] if needs[0] else []
-        return out + [torch.empty_like(t) for t, need in zip(tensors, needs[1:]) if need]
+        # parameter gradients come back contiguous (_from_np), whatever the parameter's strides
+        return out + [t.new_empty(t.shape) for t, need in zip(tensors, needs[1:]) if need]
 
     def setup_context(ctx, inputs, output):
         x, *args = inputs
@@ -418,7 +420,7 @@ class Activation(torch.nn.Module):
     def __init__(self, name: str, *, learnable=False, num_parameters: int = 1,
                  channel_dim: int = 1, **params):
         super().__init__()
-        act = _acts().get(name) if isinstance(name, str) else None
+        act = _acts().get(name.name if isinstance(name, _Act) else name)
         if act is None:
             from . import get
 
