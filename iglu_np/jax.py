@@ -1,0 +1,239 @@
+"""iglu_np's activations as differentiable JAX functions.
+
+``iglu_np.jax.<name>(x, **params)`` is a :func:`jax.custom_vjp` function for every
+activation in :data:`iglu_np.ACTIVATIONS` (generated from the registry, so a new
+activation appears here with no edit). It works under :func:`jax.jit`, :func:`jax.grad`
+and :func:`jax.vmap`:
+
+* the forward pass is one :func:`jax.pure_callback` to the activation itself;
+* the backward pass is one :func:`jax.pure_callback` to
+  :meth:`~iglu_np.Activation.backward_all`, which returns ``grad_x`` and the parameters'
+  gradients reduced to each parameter's shape (one read of ``x`` and the cotangent).
+
+Derivatives are first-order reverse mode (``grad``, ``vjp``): ``jax.jvp`` and second
+derivatives raise JAX's error for a ``custom_vjp`` function or a callback.
+
+Parameters are keyword-only, as in ``iglu_np``. A Python number (or numpy scalar) is a
+constant: it is checked against its domain when the function is called (a ``ValueError``
+names it, under ``jit`` too) and gets no cotangent. A JAX array (or numpy array) is
+differentiable: it broadcasts against ``x`` (a scalar, one value per channel, ...) and its
+cotangent has its own shape and dtype. A traced array's values are only known when the
+callback runs; a value outside the domain then fails inside the callback, which JAX
+reports as a runtime error carrying iglu_np's message.
+
+The result has ``x``'s dtype (float16, bfloat16, float32, float64; an integer ``x`` is
+promoted to JAX's default float), shaped as ``x`` broadcast with the parameters.
+
+Both passes compute on the host: :func:`jax.pure_callback` runs its Python function
+there, so an ``x`` on a GPU is copied to the host, iglu_np's CPU kernels compute, and the
+result is copied back. This is correct on any device, and no error is raised for GPU
+arrays, but a GPU program pays two transfers per call and per backward pass. The route
+that would keep the data on the GPU is :func:`jax.experimental.buffer_callback`
+(experimental; in JAX 0.10): its callback receives XLA's device buffers
+(``__cuda_array_interface__``) and the computation stream (``ctx.stream``), so iglu_np's
+CuPy kernels could write the output buffer in place on
+``cupy.cuda.ExternalStream(ctx.stream)``, ordered with the rest of the program (an XLA
+FFI custom call with the same kernels is the compiled equivalent). It is not provided
+here because it cannot be tested without a GPU.
+
+``import iglu_np`` never imports JAX; this module needs it (``pip install '.[jax]'`` in the
+iglu_np checkout).
+"""
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from types import MappingProxyType
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError as e:  # pragma: no cover - exercised in a subprocess without jax
+    raise ImportError(
+        "iglu_np.jax needs JAX: install the extra with pip install '.[jax]' from the "
+        "iglu_np checkout (or pip install jax)"
+    ) from e
+
+import numpy as np
+
+from . import _params
+from ._dtypes import is_bf16
+from ._api import _acts
+
+__all__ = ["ACTIVATIONS", *_acts()]
+
+_VMAP = "broadcast_all"
+"""Elementwise kernels batch by broadcasting: every operand gets the batch axes (an
+unbatched parameter is tiled), so each batch element's parameter gradient is reduced
+separately by ``backward_all`` and comes back with the batch axes JAX expects.
+``expand_dims`` would give an unbatched parameter size-1 batch axes, over which
+``backward_all`` would sum the batch elements' gradients into one."""
+
+
+def _is_constant(v) -> bool:
+    """A Python or numpy scalar: a constant, validated now and never differentiated."""
+    return isinstance(v, (int, float, np.generic)) and not isinstance(v, jax.Array)
+
+
+def _float_dtype(name, x):
+    dt = x.dtype
+    if jnp.issubdtype(dt, jnp.floating):
+        return dt
+    if jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_:
+        return jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+    raise TypeError(
+        f"iglu_np.jax.{name}: unsupported dtype {dt} for x; expected a real floating, "
+        "integer or boolean array"
+    )
+
+
+def _align(v, nbatch: int, ndim: int):
+    """``v`` (whose first ``nbatch`` axes are vmap's batch axes) with size-1 axes
+    inserted after them so that its own axes line up with x's ``ndim`` trailing axes.
+    Outside vmap numpy's broadcasting lines them up already, and a 0-d parameter stays
+    0-d: iglu_np's one-pass backward takes scalar parameters."""
+    if nbatch == 0:
+        return v
+    core = v.shape[nbatch:]
+    return v.reshape(v.shape[:nbatch] + (1,) * (ndim - len(core)) + core)
+
+
+def _param_array(v):
+    """A parameter array on the host; bfloat16 as float32, which holds it exactly (the
+    parameter checks know numpy's real kinds, and ml_dtypes' bfloat16 is not one)."""
+    a = np.asarray(v)
+    return a.astype(np.float32) if is_bf16(a.dtype) else a
+
+
+def _host_params(static, dyn, nbatch, ndim):
+    """The keyword parameters of one host call: constants as given, arrays aligned."""
+    out, it = {}, iter(dyn)
+    for k, v in static:
+        out[k] = _align(_param_array(next(it)), nbatch, ndim) if v is None else v
+    return out
+
+
+def _forward_host(act, static, ndim, dtype, x, *dyn):
+    x = np.asarray(x)
+    y = act(x, **_host_params(static, dyn, x.ndim - ndim, ndim))
+    return np.asarray(y, dtype=dtype)
+
+
+def _backward_host(act, static, ndim, x, g, *dyn):
+    x, g = np.asarray(x), np.asarray(g)
+    nbatch = x.ndim - ndim
+    params = _host_params(static, dyn, nbatch, ndim)
+    if not dyn:  # constants only: their gradients are not wanted
+        return (np.asarray(act.backward(x, g, **params), dtype=x.dtype),)
+    gx, gp = act.backward_all(x, g, **params)
+    res = [np.asarray(gx, dtype=x.dtype)]
+    it = iter(dyn)
+    for k, v in static:
+        if v is None:
+            d = np.asarray(next(it))
+            res.append(np.asarray(gp[k], dtype=d.dtype).reshape(d.shape))
+    return tuple(res)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _apply(name, static, x, *dyn):
+    return _fwd(name, static, x, *dyn)[0]
+
+
+def _fwd(name, static, x, *dyn):
+    act = _acts()[name]
+    out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    y = jax.pure_callback(partial(_forward_host, act, static, x.ndim, x.dtype), out, x, *dyn,
+                          vmap_method=_VMAP)
+    return y, (x, dyn)
+
+
+def _bwd(name, static, res, g):
+    x, dyn = res
+    act = _acts()[name]
+    shapes = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+              *(jax.ShapeDtypeStruct(d.shape, d.dtype) for d in dyn))
+    grads = jax.pure_callback(partial(_backward_host, act, static, x.ndim), shapes,
+                              x, g.astype(x.dtype), *dyn, vmap_method=_VMAP)
+    return tuple(grads)
+
+
+_apply.defvjp(_fwd, _bwd)
+_jit_apply = jax.jit(_apply, static_argnums=(0, 1))
+
+
+def _call(act, x, params):
+    name, p = act.name, act._p
+    for k in params:
+        if k not in p.index:
+            raise _params.unexpected(p, k)
+    x = jnp.asarray(x)
+    dt = _float_dtype(name, x)
+    if x.dtype != dt:
+        x = x.astype(dt)
+    static, dyn, known = [], [], {}
+    for k in p.param_names:
+        if k not in params:
+            continue
+        v = params[k]
+        if _is_constant(v):
+            static.append((k, v))
+            known[k] = v
+            continue
+        if not isinstance(v, jax.core.Tracer):
+            known[k] = _param_array(v)  # a concrete array: its values are known now
+        v = jnp.asarray(v)
+        if not jnp.issubdtype(v.dtype, jnp.floating):
+            v = v.astype(dt)  # an integer parameter array: differentiable as x's dtype
+        static.append((k, None))
+        dyn.append(v)
+    # iglu_np's own checks on what is known now (domains; the cross-parameter check
+    # only once every given parameter is known), so that a bad value raises its
+    # ValueError here, under jit too, rather than from inside the callback
+    if len(known) == len(static):
+        _params.values(p, known)
+    else:
+        for k, v in known.items():
+            _params.check(p, p.by_name[k], v)
+    try:
+        shape = jnp.broadcast_shapes(x.shape, *(d.shape for d in dyn))
+    except ValueError:
+        shapes = ", ".join(f"{k} {d.shape}" for (k, _), d in
+                           zip([s for s in static if s[1] is None], dyn))
+        raise ValueError(
+            f"iglu_np.jax.{name}: parameters ({shapes}) do not broadcast against x of "
+            f"shape {x.shape}"
+        ) from None
+    if shape != x.shape:
+        x = jnp.broadcast_to(x, shape)
+    return _jit_apply(name, tuple(static), x, *dyn)
+
+
+def _make(act):
+    def fn(x, /, **params):
+        return _call(act, x, params)
+
+    fn.__name__ = fn.__qualname__ = act.name
+    fn.__module__ = __name__
+    sig = [inspect.Parameter("x", inspect.Parameter.POSITIONAL_ONLY)]
+    sig += [inspect.Parameter(q.name, inspect.Parameter.KEYWORD_ONLY, default=q.default)
+            for q in act.params]
+    fn.__signature__ = inspect.Signature(sig)
+    ps = ", ".join(act.param_names)
+    fn.__doc__ = (
+        f"``iglu_np.{act.name}`` as a differentiable JAX function (:func:`jax.custom_vjp`).\n\n"
+        f"{act.spec.summary}\n\n"
+        + (f"Parameters ({ps}) are keyword-only: a Python number is a constant, a JAX "
+           "array broadcastable to ``x`` is differentiated (its cotangent has its shape "
+           "and dtype).\n\n" if act.params else "")
+        + "The result has ``x``'s dtype. Both passes run iglu_np's CPU kernels on the "
+        "host through :func:`jax.pure_callback`: an array on a GPU is copied to the host "
+        "and back (see :mod:`iglu_np.jax`)."
+    )
+    return fn
+
+
+ACTIVATIONS = MappingProxyType({name: _make(act) for name, act in _acts().items()})
+"""A read-only mapping from each activation's name to its JAX function, in the registry's
+order (``iglu_np.jax.ACTIVATIONS["iglu"] is iglu_np.jax.iglu``)."""
+globals().update(ACTIVATIONS)
