@@ -414,7 +414,8 @@ def add_arguments(parser):
                         help="comma-separated array sizes, 1e6 notation allowed "
                              "(default: 10000,1000000,16777216)")
     parser.add_argument("--dtype", default="float32", metavar="DTYPES",
-                        help="float32, float64 or both comma-separated (default: float32)")
+                        help="float32, float64 or both comma-separated (default: float32); "
+                             "--device gpu also takes float16 and bfloat16")
     parser.add_argument("--repeats", type=int, default=None, metavar="N",
                         help="timed calls per measurement, of which the median is reported "
                              "(default: 7, or 3 with --quick; fast calls are repeated for at least "

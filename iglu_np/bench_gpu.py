@@ -12,10 +12,11 @@ limit measured in the same run:
   float32 elements on an H200, 2.5x the copy, so it cannot serve as the limit);
 
 beside CuPy's own ufunc (``cupy.negative``: what a plain elementwise kernel costs here) and
-torch / JAX (when installed) on the same memory, for the functions they have. The per-call
-cost at 1,024 elements (``iglu`` forward against ``cupy.negative``) is measured in wall
-time. Nothing here runs without cupy and a GPU: :func:`run` raises a RuntimeError that
-says why.
+torch / JAX (when installed) on the same memory, for the functions they have.
+``dtypes`` are float16, bfloat16 (``ml_dtypes.bfloat16``; torch's and JAX's bfloat16
+activations on the same memory), float32 and float64. The per-call cost at 1,024
+elements (``iglu`` forward against ``cupy.negative``) is measured in wall time. Nothing
+here runs without cupy and a GPU: :func:`run` raises a RuntimeError that says why.
 """
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ import numpy as np
 
 SIZE = 2**26
 SMALL = 1024
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def data_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a ``--dtype`` name (bfloat16 is ml_dtypes'); ValueError naming
+    the choices for others."""
+    if name not in DTYPES:
+        raise ValueError(f"--dtype {name!r}: expected {', '.join(DTYPES)} (comma-separated)")
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ValueError("--dtype bfloat16 needs ml_dtypes (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def _cupy():
@@ -120,7 +136,7 @@ def _two_in_one(cupy):
 
 def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, progress=None) -> dict:
     import iglu_np
-    from .backends import numba_cuda
+    from .backends import _interop, numba_cuda
 
     cupy = _cupy()
     names = list(names or iglu_np.ACTIVATIONS)
@@ -140,23 +156,28 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
     total = len(dtypes) * len(names)
     done = 0
     for dt in dtypes:
-        x = rng.standard_normal(size, dtype=np.float32).astype(dt) * 3
-        g = rng.standard_normal(size, dtype=np.float32).astype(dt)
+        ddt = data_dtype(dt)
+        x = (rng.standard_normal(size, dtype=np.float32) * 3).astype(ddt)
+        g = rng.standard_normal(size, dtype=np.float32).astype(ddt)
         o = cupy.empty_like(x)
         copy = event_time(cupy, lambda: cupy.copyto(o, x), repeats)
         mul = event_time(cupy, lambda: two_in_one(x, g, o), repeats)
-        neg = event_time(cupy, lambda: cupy.negative(x, out=o), repeats)
         data["rows"].append({"dtype": dt, "name": "(copy limit)", "fwd_ms": copy * 1e3, "bwd_ms": mul * 1e3})
-        data["rows"].append({"dtype": dt, "name": "(cupy.negative)", "fwd_ms": neg * 1e3})
+        try:
+            neg = event_time(cupy, lambda: cupy.negative(x, out=o), repeats)
+        except (TypeError, NotImplementedError):  # a CuPy without this dtype's loop: no row
+            neg = None
+        if neg is not None:
+            data["rows"].append({"dtype": dt, "name": "(cupy.negative)", "fwd_ms": neg * 1e3})
         tx = tg = to = None
-        if torch is not None:
-            tx, tg, to = (torch.from_dlpack(a) for a in (x, g, o))
+        if torch is not None:  # bfloat16 as torch.bfloat16 (_interop.to_torch)
+            tx, tg, to = (_interop.to_torch(a) for a in (x, g, o))
         for name in names:
             act = iglu_np.get(name)
             row = {"dtype": dt, "name": name}
             row["fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="cupy"), repeats) * 1e3
             row["bwd_ms"] = event_time(cupy, lambda: act.backward(x, g, out=o, backend="cupy"), repeats) * 1e3
-            if nc_ok:
+            if nc_ok and dt != "bfloat16":  # the Numba CUDA backend refuses bfloat16
                 row["numba_fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="numba_cuda"), repeats) * 1e3
                 row["numba_bwd_ms"] = event_time(
                     cupy, lambda: act.backward(x, g, out=o, backend="numba_cuda"), repeats) * 1e3
@@ -167,7 +188,7 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
                 row["torch_fwd_ms"] = event_time(cupy, lambda: f(tx), repeats) * 1e3
             if jax is not None and jname:
                 jf = jax.jit(getattr(jax.nn, jname, None) or getattr(jax.numpy, jname))
-                jx = jax.dlpack.from_dlpack(x)
+                jx = _interop.to_jax(x)
                 row["jax_fwd_ms"] = event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
             data["rows"].append(row)
             done += 1
@@ -222,8 +243,15 @@ def markdown(data) -> str:
 def main(args) -> int:
     import sys
 
+    dtypes = tuple(d.strip() for d in args.dtype.split(","))
     try:
-        data = run(args.names or None, size=args.gpu_size, dtypes=tuple(args.dtype.split(",")),
+        for d in dtypes:
+            data_dtype(d)
+    except ValueError as e:
+        print(f"iglu-np bench --device gpu: {e}", file=sys.stderr)
+        return 2
+    try:
+        data = run(args.names or None, size=args.gpu_size, dtypes=dtypes,
                    repeats=args.repeats or 15, peers=not args.no_torch,
                    progress=lambda d, t, label: print(f"[{d}/{t}] {label}", file=sys.stderr))
     except RuntimeError as e:

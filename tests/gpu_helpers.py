@@ -172,8 +172,9 @@ def ptx_instructions(ptx: str, entry: str | None = None) -> list:
     for ln in lines[start:]:
         s = ln.strip()
         if s.startswith("{"):
-            # a one-line inline-asm block ``{  cvt.f32.f16 %f1, %rs1;}`` opens and closes
-            depth += 1 - s.count("}")
+            # a one-line inline-asm block ``{  cvt.f32.f16 %f1, %rs1;}`` opens and closes,
+            # also with a vector operand: ``{ mov.b32 %f2, {0,%rs1};}`` (bfloat16, sm_80)
+            depth += s.count("{") - s.count("}")
             began = True
             continue
         if s.startswith("}"):
@@ -187,6 +188,16 @@ def ptx_instructions(ptx: str, entry: str | None = None) -> list:
         if m:
             ops.append(m.group(1))
     return ops
+
+
+def entry_text(ptx: str, entry: str) -> str:
+    """The PTX text of one ``.entry`` (its inline-asm blocks included, which
+    :func:`ptx_instructions` leaves out)."""
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(", ptx)
+    if m is None:
+        raise ValueError(f"no .entry {entry} in PTX")
+    nxt = re.search(r"\.entry\s+\w+\s*\(", ptx[m.end():])
+    return ptx[m.start(): m.end() + nxt.start() if nxt else len(ptx)]
 
 
 def ptx_stats(ptx: str, entry: str | None = None) -> dict:
@@ -205,7 +216,27 @@ def ptx_stats(ptx: str, entry: str | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- CuPy-like
-_NV_TYPES = {"float16": "__half", "float32": "float", "float64": "double"}
+_NV_TYPES = {"float16": "__half", "bfloat16": "bfloat16", "float32": "float", "float64": "double"}
+
+# CuPy >= 14 types a bfloat16 ElementwiseKernel operand as its class ``bfloat16``
+# (cupy/_core/include/cupy/bfloat16.cuh, included when an operand is bfloat16), a wrapper
+# of __nv_bfloat16. The conversions the kernel bodies use, as CuPy defines them: from
+# float, __nv_bfloat16's constructor (round to nearest even); from double, to float first
+# (the CPU's bfloat16 is its float32 result rounded); to float, exact. cuda_bf16.h also
+# host-compiles with g++ (``__device__`` is empty there), so g++ runs the same bodies.
+CUPY_BF16 = r"""
+#include <cuda_bf16.h>
+class bfloat16 {
+  __nv_bfloat16 data_;
+ public:
+  __device__ bfloat16() : data_() {}
+  __device__ bfloat16(const __nv_bfloat16& v) : data_(v) {}
+  __device__ bfloat16(float v) : data_(v) {}
+  explicit __device__ bfloat16(double v) : data_(float(v)) {}
+  __device__ operator float() const { return float(data_); }
+  __device__ unsigned short to_bits() const { return __bfloat16_as_ushort(data_); }
+};
+"""
 
 
 def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, entry=None) -> str:
@@ -234,7 +265,8 @@ def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, e
 
 
 def _fp16_head(*dtypes) -> str:
-    return "#include <cuda_fp16.h>\n" if "float16" in dtypes else ""
+    return ("#include <cuda_fp16.h>\n" if "float16" in dtypes else "") + (
+        CUPY_BF16 if "bfloat16" in dtypes else "")
 
 
 def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) -> str:
@@ -271,7 +303,13 @@ def cupy_like_program(kernels) -> str:
     entries = [k.entry for k in kernels]
     assert len(set(entries)) == len(entries), "cupy_like_program: entry names must be distinct"
     dts = [d for k in kernels for d in (k.data_dtype, k.out_dtype)]
-    parts = [_fp16_head(*dts) + pre.pop()]
+    return _fp16_head(*dts) + pre.pop() + cupy_like_kernels(kernels)
+
+
+def cupy_like_kernels(kernels) -> str:
+    """The kernels of :func:`cupy_like_program` without the headers and the preamble (for a
+    program that holds other kernels of the same preamble too)."""
+    parts = []
     for i, k in enumerate(kernels):
         parts.append(
             f"\nnamespace iglu_np_kernel_{i} {{"

@@ -68,7 +68,7 @@ static iglu_np_dim3 blockIdx, threadIdx, blockDim, gridDim;
 
 
 def _sim_source(spec, ddt):
-    ct = cxx.DATA_TYPES[np.dtype(ddt)][0]
+    ct = cxx.DATA_TYPES[np.dtype(ddt).name][0]
     parts = [_SIM_HEAD, cxx.vector_preamble(spec, ddt)]
     for kind in cxx.kernel_kinds(spec):
         v = cxx.vector_kernel_source(spec, kind, ddt)
@@ -227,7 +227,7 @@ def test_fused_backward_on_the_host_equals_the_cpu(tmp_path, name):
     act = iglu_np.get(name)
     blocks, threads = 2, 3
     for ddt in (np.float32, np.float64):
-        ct = cxx.DATA_TYPES[np.dtype(ddt)][0]
+        ct = cxx.DATA_TYPES[np.dtype(ddt).name][0]
         v = cxx.fused_backward_source(spec, ddt)
         pn = [f"p{k}" for k in range(len(spec.params))]
         args = [f"const {ct}* x", f"const {ct}* g", f"{ct}* y", "double* part", "long long n"]

@@ -7,8 +7,13 @@ CuPy's), the CuPy backend computes, and new results are handed back to the input
 the same way (``torch.from_dlpack``, ``jax.dlpack.from_dlpack``); ``out=`` is written in
 place. Only when cupy is importable: without it such arrays go to the Numba CUDA backend
 (:mod:`iglu_np.backends.numba_cuda`), as before.
+
+bfloat16 tensors (torch.bfloat16, JAX's bfloat16) become CuPy arrays of
+``ml_dtypes.bfloat16`` and back (:mod:`iglu_np.backends._interop`).
 """
 from __future__ import annotations
+
+from ._interop import bf16_to_cupy, is_bf16_array, to_jax, to_torch
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "is_cuda_array"]
 
@@ -23,9 +28,12 @@ def is_cuda_array(a) -> bool:
     try:
         if hasattr(a, "__cuda_array_interface__"):
             return True
+    except Exception:  # a host tensor that raises on the probe (torch CPU tensors do)
+        pass
+    try:
         dev = getattr(a, "__dlpack_device__", None)
         return dev is not None and int(dev()[0]) in _KDL_CUDA
-    except Exception:  # a host tensor that raises on the probe (torch CPU tensors do)
+    except Exception:
         return False
 
 
@@ -53,6 +61,8 @@ def status():
 def _to_cupy(cupy, a):
     if not is_cuda_array(a):
         return a
+    if is_bf16_array(a):
+        return bf16_to_cupy(cupy, a)
     try:
         if hasattr(a, "__cuda_array_interface__"):
             return cupy.asarray(a)
@@ -65,13 +75,9 @@ def _like(template, res):
     """``res`` (a CuPy array) as an array of ``template``'s library, sharing memory."""
     mod = type(template).__module__.split(".")[0]
     if mod == "torch":
-        import torch
-
-        return torch.from_dlpack(res)
+        return to_torch(res)
     if mod in ("jax", "jaxlib"):
-        import jax
-
-        return jax.dlpack.from_dlpack(res)
+        return to_jax(res)
     return res
 
 

@@ -16,7 +16,10 @@ scalar parameters (the common case) take a RawKernel instead that loads and stor
 function): an ElementwiseKernel does not reach the copy bandwidth on an H100 (1.7x the copy
 time for float32, 3x for float16), a vector RawKernel does.
 
-* float16 data is read as float16, computed in float32 and written as float16;
+* float16 and bfloat16 (``ml_dtypes.bfloat16``: CuPy >= 14 knows it when ml_dtypes is
+  installed) data is read as such, computed in float32 and written as such, rounded once
+  to nearest even: bfloat16 results are the CPU's float32 result cast by ml_dtypes, bit
+  for bit (NaN stays NaN, its payload is not kept); parameter gradients are float32;
 * integer/bool data computes in float64 (as on the CPU);
 * parameters: Python/numpy scalars are passed by value, host arrays are copied to the
   device (they are parameter-sized), device arrays are used in place. Device parameter
@@ -33,11 +36,13 @@ import threading
 
 import numpy as np
 
-from .._dtypes import all_half as _all_half
+from .._dtypes import F32
 from .._dtypes import compute_dtype as _compute_dtype
+from .._dtypes import is_bf16 as _is_bf16
+from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import widened
 from .._params import values as _values
-from . import cxx
+from . import _interop, cxx
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "get_kernel",
            "get_vector_kernel", "vector_plan"]
@@ -171,16 +176,21 @@ def _layout(a):
     return "C" if f.c_contiguous else ("F" if f.f_contiguous else None)
 
 
-def vector_plan(arrs, pargs, out, cdt):
+def vector_plan(arrs, pargs, out, cdt, odt=None):
     """The data dtype of the vector kernel when every operand allows it (same shape,
     dtype and memory order, contiguous, 16-byte aligned; scalar parameters; ``out``
-    likewise or None), else None. Works on any objects with ``shape``, ``dtype``,
-    ``flags`` and ``data.ptr`` (CuPy arrays)."""
+    likewise or None, and then the result dtype ``odt``, when given, the data's), else
+    None. Works on any objects with ``shape``, ``dtype``, ``flags`` and ``data.ptr``
+    (CuPy arrays)."""
     if any(np.ndim(p) != 0 or _is_device(p) for p in pargs):
         return None
     ddt = np.dtype(arrs[0].dtype)
-    if ddt not in cxx.DATA_TYPES or (ddt != cdt and not (ddt == np.float16 and cdt == np.float32)):
+    name = cxx.data_dtype_name(ddt)
+    # the data must compute in cdt (float16 and bfloat16 in float32)
+    if name is None or cxx.DATA_TYPES[name][1] != cxx.C_TYPES.get(np.dtype(cdt)):
         return None
+    if out is None and odt is not None and np.dtype(odt) != ddt:
+        return None  # the vector kernel writes the data's dtype
     ops = list(arrs) + ([out] if out is not None else [])
     lay = _layout(arrs[0])
     if lay is None:
@@ -219,7 +229,11 @@ def _run_vector(cupy, act, kind, arrs, pargs, out, ddt, cdt):
 
 
 def _as_cupy(cupy, v):
-    return v if handles(v) else cupy.asarray(v)  # __cuda_array_interface__: zero-copy
+    if handles(v):
+        return v
+    if _interop.is_bf16_array(v):  # torch's interface names bfloat16 items only "<V2"
+        return _interop.bf16_to_cupy(cupy, v)
+    return cupy.asarray(v)  # __cuda_array_interface__: zero-copy
 
 
 def _is_device(v) -> bool:
@@ -229,6 +243,17 @@ def _is_device(v) -> bool:
         return hasattr(v, "__cuda_array_interface__")
     except Exception:
         return False
+
+
+def _check_bf16(cupy, name):
+    """bfloat16 kernels need CuPy's bfloat16 type (CuPy >= 14 with ml_dtypes)."""
+    try:
+        major = int(cupy.__version__.split(".")[0])
+    except ValueError:
+        return
+    if major < 14:
+        raise TypeError(f"{name}: bfloat16 arrays need CuPy >= 14 (with ml_dtypes) for the cupy "
+                        f"backend, found CuPy {cupy.__version__}; upgrade cupy or pass float16/float32")
 
 
 def _prepare(act, data, params):
@@ -244,6 +269,8 @@ def _prepare(act, data, params):
                 "arrays for x and grad_out (use cupy.asarray); parameters may be host values"
             )
     arrs = [_as_cupy(cupy, d) for d in data]
+    if any(_is_bf16(a.dtype) for a in arrs):
+        _check_bf16(cupy, name)
     host_params, dev_params = {}, {}
     for k, v in params.items():
         if _is_device(v):
@@ -257,9 +284,9 @@ def _prepare(act, data, params):
         dt = _compute_dtype(name, nm, a.dtype)
         rdt = dt if rdt is None else np.promote_types(rdt, dt)
     cdt = widened(rdt, vals)  # float64 where a parameter overflows float32
-    half = rdt == np.float32 and _all_half(arrs)
-    odt = np.dtype(np.float16) if half else rdt
-    if not (half and cdt == rdt):
+    narrow = _narrow_result(arrs) if rdt == F32 else None  # float16 or bfloat16 results
+    odt = narrow if narrow is not None else rdt
+    if not (narrow is not None and cdt == rdt):
         arrs = [a if a.dtype == cdt else a.astype(cdt) for a in arrs]
     pargs = []
     for p, v in zip(act.param_names, vals):
@@ -287,7 +314,7 @@ def backward_all(act, data, params, out):
     o = _as_cupy(cupy, out[0] if isinstance(out, tuple) else out) if out is not None else None
     if o is not None and _overlaps(cupy, o, arrs):
         return None  # the two-pass path buffers it
-    ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
+    ddt = vector_plan(arrs, pargs, o, cdt, odt) if math.prod(shape) else None
     if ddt is None or len(arrs) != 2:
         return None
     kern, lanes = _memo(("bwdall", cupy.cuda.Device().id, act.name, ddt.name),
@@ -300,6 +327,12 @@ def backward_all(act, data, params, out):
     sums = part.sum(axis=1)
     grads = {p: sums[i].astype(cdt) for i, p in enumerate(act.param_names)}
     return (out if out is not None else y), grads
+
+
+def _grad_dtype(odt):
+    """Parameter gradients of 16-bit data are float32 (a sum rounded to float16 or
+    bfloat16 would lose what the float64 accumulation kept)."""
+    return F32 if odt.itemsize == 2 else odt
 
 
 def backward_params(act, data, params) -> dict:
@@ -316,7 +349,7 @@ def backward_params(act, data, params) -> dict:
         )
         # float64 accumulation, as in the Numba CUDA backend
         s = full.sum(axis=axes, dtype=np.float64, keepdims=True) if axes else full
-        res[p] = s.reshape(pshape).astype(odt if odt != np.float16 else np.float32)
+        res[p] = s.reshape(pshape).astype(_grad_dtype(odt))
     return res
 
 
@@ -334,7 +367,7 @@ def run(act, kind, data, params, out):
         o = _as_cupy(cupy, out)
         if o.shape != tuple(shape):
             raise ValueError(f"{name}: out= has shape {o.shape}, expected {tuple(shape)}")
-        if o.dtype.kind != "f":
+        if o.dtype.kind != "f" and not _is_bf16(o.dtype):
             raise TypeError(f"{name}: out= must be a floating array, got {o.dtype}")
     else:
         o = None
@@ -344,7 +377,7 @@ def run(act, kind, data, params, out):
         res = run(act, kind, data, params, None)
         o[...] = res
         return out
-    ddt = vector_plan(arrs, pargs, o, cdt) if math.prod(shape) else None
+    ddt = vector_plan(arrs, pargs, o, cdt, odt) if math.prod(shape) else None
     if ddt is not None:  # contiguous, aligned, scalar parameters: 128-bit accesses
         o = _run_vector(cupy, act, kind, arrs, pargs, o, ddt, cdt)
         return out if out is not None else o

@@ -251,11 +251,59 @@ def kernel_source(spec, kind: str, compute) -> KernelSource:
 # --device gpu`` re-measures). Same device function and options as the ElementwiseKernel:
 # same results.
 VECTOR_BYTES = 16
+# data dtype name -> (C++ type of the data, C++ type computed in). float16 and bfloat16
+# are read, widened exactly to float, computed in float and rounded once to nearest even
+# on the store (bfloat16 needs sm_80 for the one-instruction conversion; older devices
+# run the header's exact integer version).
 DATA_TYPES = {
-    np.dtype(np.float16): ("__half", "float"),
-    np.dtype(np.float32): ("float", "float"),
-    np.dtype(np.float64): ("double", "double"),
+    "float16": ("__half", "float"),
+    "bfloat16": ("__nv_bfloat16", "float"),
+    "float32": ("float", "float"),
+    "float64": ("double", "double"),
 }
+_ITEMSIZE = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
+# the header each 16-bit data type needs
+_DATA_HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
+
+
+def data_dtype_name(dtype):
+    """The :data:`DATA_TYPES` key of a data dtype (a dtype, a type or its name:
+    ``"bfloat16"`` is known by name, so ``ml_dtypes`` need not be imported), else None."""
+    if isinstance(dtype, str) and dtype in DATA_TYPES:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return None
+    if dt.byteorder not in "=|":
+        return None
+    if dt.kind == "V" and not (dt.name == "bfloat16" and dt.itemsize == 2):
+        return None
+    return dt.name if dt.name in DATA_TYPES else None
+
+
+def _data_types(dtype) -> tuple:
+    """(name, C++ data type, C++ compute type) of a data dtype; TypeError for others."""
+    name = data_dtype_name(dtype)
+    if name is None:
+        raise TypeError(f"data dtype must be float16, bfloat16, float32 or float64, got {dtype}")
+    return (name, *DATA_TYPES[name])
+
+
+def _load(name: str, ctype: str, expr: str) -> str:
+    """``expr`` (one data element) as the compute type: exact for every data type."""
+    if name == "bfloat16":
+        return f"__bfloat162float({expr})"
+    return f"({ctype}){expr}"
+
+
+def _store(name: str, expr: str) -> str:
+    """The compute-type value ``expr`` as the data type ``D``: one rounding to nearest
+    even (``__float2bfloat16_rn`` keeps NaN NaN, +-inf and subnormals; the CPU rounds
+    bfloat16 so: its float32 result cast by ml_dtypes)."""
+    if name == "bfloat16":
+        return f"__float2bfloat16_rn({expr})"
+    return f"(D)({expr})"
 
 
 @dataclass(frozen=True)
@@ -273,27 +321,24 @@ class VectorKernelSource:
 
 
 def vector_preamble(spec, data_dtype) -> str:
-    """What precedes vector kernels' bodies: cuda_fp16.h for float16, the spec's preamble
-    and the 16-byte vector type."""
-    head = "#include <cuda_fp16.h>\n" if np.dtype(data_dtype) == np.float16 else ""
+    """What precedes vector kernels' bodies: cuda_fp16.h for float16, cuda_bf16.h for
+    bfloat16, the spec's preamble and the 16-byte vector type."""
+    h = _DATA_HEADERS.get(_data_types(data_dtype)[0])
+    head = f"#include <{h}>\n" if h else ""
     return head + preamble(spec) + _VEC_STRUCT
 
 
 def vector_kernel_name(spec, kind: str, data_dtype) -> str:
-    return f"{kernel_name(spec, kind)}_vec_{np.dtype(data_dtype).name}"
+    return f"{kernel_name(spec, kind)}_vec_{_data_types(data_dtype)[0]}"
 
 
 def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     """The 16-byte-vector RawKernel of ``kind`` for contiguous data of ``data_dtype``
-    (float16 computes in float32, as the ElementwiseKernel does)."""
-    ddt = np.dtype(data_dtype)
-    try:
-        dtype_c, ctype = DATA_TYPES[ddt]
-    except KeyError:
-        raise TypeError(f"data dtype must be float16, float32 or float64, got {ddt}") from None
+    (float16 and bfloat16 compute in float32, as the ElementwiseKernel does)."""
+    ddt, dtype_c, ctype = _data_types(data_dtype)
     if kind not in kernel_kinds(spec):
         raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
-    lanes = VECTOR_BYTES // ddt.itemsize
+    lanes = VECTOR_BYTES // _ITEMSIZE[dtype_c]
     fn = _cxx_function(spec, kind)
     times_grad = Kind.parse(kind).times_grad
     data = ("x", "g") if times_grad else ("x",)
@@ -304,13 +349,13 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     prep = _prep_line(spec, which, ctype, pnames, "  ")
 
     def value(ix):
-        args = [f"({ctype})x[{ix}]", *pnames]
+        args = [_load(ddt, ctype, f"x[{ix}]"), *pnames]
         call = f"iglu_np::{fn}<{ctype}>(" + ", ".join(args) + ")"
         if prep:  # the parameter-only part once per thread (the spec's ``prepared``)
             call = f"iglu_np::{fn}_at<{ctype}>(" + ", ".join([*args, "pre"]) + ")"
         if times_grad:
-            call = f"({ctype})g[{ix}] * {call}"
-        return f"(D)({call})"
+            call = f"{_load(ddt, ctype, f'g[{ix}]')} * {call}"
+        return _store(ddt, call)
 
     args = [f"const D* __restrict__ {d}" for d in data] + ["D* __restrict__ y", "const long long n"]
     args += [f"const {ctype} {p}" for p in pnames]
@@ -363,17 +408,13 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
     :func:`vector_kernel_source`). Launched as ``k((blocks,), (threads,), (x, g, y,
     partials, n, *params))``; ``partials`` has ``n_params * blocks * threads`` float64
     slots (parameter-major), each written once: no atomics, the same sums on every run."""
-    ddt = np.dtype(data_dtype)
-    try:
-        dtype_c, ctype = DATA_TYPES[ddt]
-    except KeyError:
-        raise TypeError(f"data dtype must be float16, float32 or float64, got {ddt}") from None
+    ddt, dtype_c, ctype = _data_types(data_dtype)
     ps = spec.param_names
     if not ps:
         raise KeyError(f"{spec.name} has no parameters")
-    lanes = VECTOR_BYTES // ddt.itemsize
+    lanes = VECTOR_BYTES // _ITEMSIZE[dtype_c]
     pnames = [f"p_{p}" for p in ps]
-    name = f"iglu_np_{spec.name}_bwdall_vec_{ddt.name}"
+    name = f"iglu_np_{spec.name}_bwdall_vec_{ddt}"
 
     preps = {w: _prep_line(spec, w, ctype, pnames, "  ", f"pre_{w}")
              for w in ("dx", *(f"d{p}" for p in ps))}
@@ -385,9 +426,10 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
 
     def step(xv, gv, ind):
         args = ", ".join(["xi", *pnames])
-        lines = [f"{ind}const {ctype} xi = ({ctype}){xv};", f"{ind}const {ctype} gi = ({ctype}){gv};"]
+        lines = [f"{ind}const {ctype} xi = {_load(ddt, ctype, xv)};",
+                 f"{ind}const {ctype} gi = {_load(ddt, ctype, gv)};"]
         lines += [f"{ind}acc_{p} += (double)(gi * {call('d' + p, args)});" for p in ps]
-        lines.append(f"{ind}const D yi = (D)(gi * {call('dx', args)});")
+        lines.append(f"{ind}const D yi = {_store(ddt, 'gi * ' + call('dx', args))};")
         return lines
 
     args = ["const D* __restrict__ x", "const D* __restrict__ g", "D* __restrict__ y",

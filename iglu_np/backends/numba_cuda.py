@@ -19,6 +19,7 @@ are arrays, number of dimensions):
 * the launch goes to the input's stream (the ``__cuda_array_interface__`` stream of a
   CuPy array or torch tensor, the bound stream of a Numba array, else the default);
 * float16 data is loaded as float16, computed in float32 and stored as float16;
+  bfloat16 is refused with a TypeError naming the CuPy backend, which computes it;
 * ``backward_params`` is one fused pass per parameter: g * df/dp accumulated in float64
   (per-thread sums, a shared-memory block sum, one atomic per block for a scalar
   parameter; atomics into the parameter-shaped accumulator for an array parameter).
@@ -45,6 +46,7 @@ from .._kinds import Kind, kinds
 from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
+from ._interop import is_bf16_array
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function",
            "kernel_python", "compile_ptx", "simulator"]
@@ -467,6 +469,7 @@ def backward_all(act, data, params, out):
     two passes then)."""
     if not act.param_names or len(data) != 2 or not all(handles(d) for d in data):
         return None
+    _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items(), ("out", out))
     if any(handles(v) or np.ndim(v) != 0 for v in params.values()):
         return None
     cuda = _cuda()
@@ -873,6 +876,19 @@ def _back(template, arr):
     return _cuda().as_cuda_array(arr)
 
 
+def _refuse_bf16(act, *operands):
+    """TypeError for bfloat16 operands: these kernels are typed for float16/32/64 only
+    (Numba has no bfloat16 type to load and store); the CuPy backend computes bfloat16."""
+    for what, v in operands:
+        for a in (v if isinstance(v, tuple) else (v,)):
+            if is_bf16_array(a):
+                raise TypeError(
+                    f"{act.name}: {what} is bfloat16, which the numba_cuda backend does not "
+                    "compute; use the cupy backend (install cupy >= 14 and ml_dtypes: CuPy, torch "
+                    "and JAX bfloat16 arrays then run there, or pass backend='cupy'), or pass "
+                    "float16/float32 data")
+
+
 def _operands(act, data, params):
     """Device views of the data, compute and output dtypes, the stream, the parameter
     arguments (compute-dtype scalars or device arrays; ``arrays`` says which) and the
@@ -928,6 +944,7 @@ def _operands(act, data, params):
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on device arrays, reduced to its shape (one fused
     pass per parameter, accumulated in float64)."""
+    _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items())
     cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
     if math.prod(shape) and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)], shape):
         return _via_cupy(act, "backward_params", data, params)
@@ -939,6 +956,7 @@ def backward_params(act, data, params) -> dict:
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
     name = act.name
+    _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items(), ("out", out))
     cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
     with _device_ctx(cuda, data[0]):
         if out is not None:
