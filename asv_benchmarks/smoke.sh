@@ -34,7 +34,7 @@ start=$SECONDS
 # activation. One activation in float32: the smallest throughput size (the *GPU classes
 # are left out at discovery on a machine without a GPU), the tiny-input overheads, the
 # ratio/temporaries/accuracy tracks, the 16.8M-element peak-memory trio (forward,
-# backward, copy floor) and the trainer. The forkserver imports the suite once.
+# backward, copy floor), the bfloat16 forward's smallest size and the trainer. The forkserver imports the suite once.
 A="'$ACT'"
 "$PY" -m asv run --python=same --quick --dry-run --show-stderr --launch-method forkserver \
     --durations all \
@@ -42,6 +42,7 @@ A="'$ACT'"
     --bench "\($A, '\w+', 'float32'\)" \
     --bench "\($A, '5 elements', '\w+'\)" \
     --bench "\($A, 'float32'\)" \
+    --bench "ForwardBF16.*\($A, 10000\)" \
     --bench "\($A\)"
 
 echo "asv smoke check passed in $((SECONDS - start)) s"

@@ -1,8 +1,8 @@
 """``iglu-np bench``: the paper's Table 1 (CPU speed) measured on this machine.
 
 Each activation's forward pass ``act(x, out=o)`` and fused backward pass
-``act.backward(x, g, out=o)`` on random float32 (or float64) arrays of 10,000 and
-1,000,000 elements (the paper's sizes) and 16,777,216 elements, timed as medians of
+``act.backward(x, g, out=o)`` on random float32 (or float64, or bfloat16 with ml_dtypes)
+arrays of 10,000 and 1,000,000 elements (the paper's sizes) and 16,777,216 elements, timed as medians of
 repeats and printed as a Markdown table:
 
 * relative to ``identity`` (the paper's Table 1 convention),
@@ -11,7 +11,8 @@ repeats and printed as a Markdown table:
   the forward, the faster of ``np.multiply(x, g, out=o)`` and a two-thread ``x*g -> out``
   for the backward (1.0 = as fast as copying the data),
 
-with torch on the CPU side by side when torch is installed (never required). The report
+with torch on the CPU side by side when torch is installed (never required; bfloat16
+rows time torch's bfloat16 tensors). The report
 says whether the machine was quiet enough for the figures to describe the code: load
 average, identity against the copy limit, the spread of repeats, a fixed compute-bound call
 timed before the run and after every activation, each limit measured before and after
@@ -32,6 +33,7 @@ import time
 import numpy as np
 
 SIZES = (10_000, 1_000_000, 16_777_216)
+DTYPES = ("float32", "float64", "bfloat16")
 QUICK_SIZES = (10_000, 1_000_000)
 
 _SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine check)
@@ -140,6 +142,29 @@ def _limits():
     return pcopy, pmul
 
 
+def _dtype(name: str) -> np.dtype:
+    """The numpy dtype called ``name``; bfloat16 is ml_dtypes' (an optional extra)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _bits(a):
+    """``a`` as the unsigned integers of its bits, for the memory limits' Numba loops (which
+    do not type bfloat16) and numpy's copies; the same bytes move."""
+    return a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind not in "fiu" else a
+
+
+def _torch_tensor(th, a):
+    """A torch tensor over ``a``'s memory; bfloat16 through its bits (torch does not take
+    ml_dtypes' arrays)."""
+    if a.dtype.kind not in "fiu":
+        return th.from_numpy(a.view(np.int16)).view(th.bfloat16)
+    return th.from_numpy(a)
+
+
 def machine_info() -> dict:
     import numba
 
@@ -233,16 +258,18 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     done = 0
     rng = np.random.default_rng(0)
     for dts in dtypes:
-        dt = np.dtype(dts)
+        dt = _dtype(dts)
         for n in sizes:
             x = (rng.standard_normal(n) * 3).astype(dt)
             g = rng.standard_normal(n).astype(dt)
             o = np.empty_like(x)
+            bx, bg, bo = _bits(x), _bits(g), _bits(o)
+
             def measure_limits():
-                return (min(_median_time(lambda: np.copyto(o, x), repeats, min_time),
-                            _median_time(lambda: pcopy(x, o), repeats, min_time)),
-                        min(_median_time(lambda: np.multiply(x, g, out=o), repeats, min_time),
-                            _median_time(lambda: pmul(x, g, o), repeats, min_time)))
+                return (min(_median_time(lambda: np.copyto(bo, bx), repeats, min_time),
+                            _median_time(lambda: pcopy(bx, bo), repeats, min_time)),
+                        min(_median_time(lambda: np.multiply(bx, bg, out=bo), repeats, min_time),
+                            _median_time(lambda: pmul(bx, bg, bo), repeats, min_time)))
 
             t_copy, t_two = measure_limits()
             first_row = len(rows)
@@ -252,9 +279,7 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             ident = {}
             tx = tg = to = None
             if th is not None:
-                tx = th.from_numpy(x)
-                tg = th.from_numpy(g)
-                to = th.from_numpy(o)
+                tx, tg, to = (_torch_tensor(th, a) for a in (x, g, o))
             for name in names:
                 a = acts[name]
                 tf = _median_time(lambda: a(x, out=o), repeats, min_time)
@@ -414,8 +439,8 @@ def add_arguments(parser):
                         help="comma-separated array sizes, 1e6 notation allowed "
                              "(default: 10000,1000000,16777216)")
     parser.add_argument("--dtype", default="float32", metavar="DTYPES",
-                        help="float32, float64 or both comma-separated (default: float32); "
-                             "--device gpu also takes float16 and bfloat16")
+                        help="float32, float64, bfloat16 (needs ml_dtypes) or several "
+                             "comma-separated (default: float32); --device gpu also takes float16")
     parser.add_argument("--repeats", type=int, default=None, metavar="N",
                         help="timed calls per measurement, of which the median is reported "
                              "(default: 7, or 3 with --quick; fast calls are repeated for at least "
@@ -459,9 +484,17 @@ def main(args) -> int:
             print(f"iglu-np bench: {e.args[0]}", file=sys.stderr)
             return 2
     for dt in dtypes:
-        if dt not in ("float32", "float64"):
-            print(f"iglu-np bench: --dtype {dt!r}: expected float32, float64 or both", file=sys.stderr)
+        if dt not in DTYPES:
+            print(f"iglu-np bench: --dtype {dt!r}: expected {', '.join(DTYPES)} or several "
+                  "comma-separated", file=sys.stderr)
             return 2
+        if dt == "bfloat16":
+            try:
+                _dtype(dt)
+            except ImportError:
+                print("iglu-np bench: --dtype bfloat16 needs ml_dtypes "
+                      "(pip install 'iglu-np[bf16]')", file=sys.stderr)
+                return 2
     data = run(args.names or None, sizes=sizes, dtypes=dtypes, repeats=repeats,
                min_time=0.02 if args.quick else 0.1, torch=False if args.no_torch else None,
                progress=progress)

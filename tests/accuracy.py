@@ -164,9 +164,10 @@ def _ulp(v: float, fi) -> float:
 
 
 def ulp_errors(got: np.ndarray, true: list, scale, dtype, subnormal: bool = False) -> np.ndarray:
-    """Errors in ulp of ``dtype``; the absolute floor is the smallest normal number, or
-    with ``subnormal=True`` the subnormal spacing (true ulp down to the smallest subnormal)."""
-    fi = np.finfo(dtype)
+    """Errors in ulp of ``dtype`` (or of the ``np.finfo`` given, e.g. ``ml_dtypes.finfo``
+    of bfloat16); the absolute floor is the smallest normal number, or with
+    ``subnormal=True`` the subnormal spacing (true ulp down to the smallest subnormal)."""
+    fi = dtype if isinstance(dtype, np.finfo) else np.finfo(dtype)
     # the overflow threshold, max + ulp(max)/2 (exact: mpf's default 53 bits rounded the
     # old max * (1 + eps/2) to max itself, so that max counted as an overflow)
     big = mpmath.ldexp(1, int(fi.maxexp)) - mpmath.ldexp(1, int(fi.maxexp) - int(fi.nmant) - 2)

@@ -169,6 +169,40 @@ class BackwardInPlace(_Throughput):
         self.run()
 
 
+class ForwardBF16:
+    """The forward on ``ml_dtypes.bfloat16`` arrays on the CPU (float32 loops on blocks
+    widened from the bfloat16 bits, rounded once into ``out``): beside Forward's float32
+    row of the same size, the cost of the conversion. Skipped without ml_dtypes."""
+
+    params = (NAMES, (10_000, 1_000_000))
+    param_names = ("activation", "size")
+    rounds = ROUNDS
+    repeat = 1
+    warmup_time = 0.0
+    timeout = 300.0
+    timer = staticmethod(clock)
+
+    def setup(self, name, size):
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise NotImplementedError("bfloat16 needs ml_dtypes (pip install '.[bf16]')") from None
+        use_clock("cpu", size)
+
+        def build():
+            act = get_act(name)
+            x = make_x(act, "float32", size).astype(ml_dtypes.bfloat16)
+            out = np.empty_like(x)
+            warm_up(lambda: act(x, out=out), size)
+            return act, x, out
+
+        self.act, self.x, self.out = memo(("ForwardBF16", name, size), build)
+        self.number = calls_per_sample(size)
+
+    def time_forward_bf16(self, name, size):
+        self.act(self.x, out=self.out)
+
+
 # The same on numba_cuda and cupy, stream synchronised inside the timed call; left out at
 # discovery on a machine without an NVIDIA GPU (asv's skip_benchmark_if).
 ForwardGPU = gpu_twin(Forward)

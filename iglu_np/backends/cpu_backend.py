@@ -6,7 +6,12 @@ Two kinds of compiled code, both from the spec's scalar kernels and bit-identica
   with numpy's semantics; one thread;
 * njit loops over flat memory (:mod:`iglu_np.backends.cpu_fast`): contiguous float32/64
   operands of one shape; vectorised with scalar parameters, threaded from
-  :data:`THRESHOLD` elements.
+  :data:`THRESHOLD` elements. Contiguous bfloat16 operands take the float32 loops on
+  blocks widened from their bits and rounded back once (``run_bf16_<kind>``).
+
+float16 and bfloat16 inputs compute in float32 and are returned as their own dtype
+(:func:`iglu_np._dtypes.narrow_result`), rounded once; the parameter gradients of
+:func:`backward_params` / :func:`backward_all` stay float32 (the compute dtype) for both.
 
 Which one runs is decided here, on three paths:
 
@@ -29,12 +34,12 @@ import os
 
 import numpy as np
 
-from .._dtypes import F16 as _F16
 from .._dtypes import F32 as _F32
 from .._dtypes import F64 as _F64
-from .._dtypes import all_half as _all_half
 from .._dtypes import beyond_f32 as _beyond_f32
 from .._dtypes import dtype_of as _dtype_of
+from .._dtypes import is_bf16 as _is_bf16
+from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import unbroadcast as _unbroadcast
 from .._dtypes import widened
 from .._params import values as _values
@@ -323,17 +328,26 @@ def run(act, kind, data, params, out):
         if not out.flags.writeable:
             raise ValueError(f"{act.name}: out= is read-only")
     wdt = widened(cdt, vals[len(data):])
-    r = _run_loops(act, kind, vals, cdt, out, len(data)) if wdt == cdt else None
-    if r is None and wdt == cdt:
-        r = _run_buffered(act, kind, vals, cdt, out, len(data))
+    r = None
+    if wdt == cdt:
+        if cdt == _F32 and _is_bf16(getattr(data[0], "dtype", None)):
+            r = _run_bf16(act, kind, vals, out, len(data))
+        if r is None:
+            r = _run_loops(act, kind, vals, cdt, out, len(data))
+        if r is None:
+            r = _run_buffered(act, kind, vals, cdt, out, len(data))
     if r is None:
         r = _call_ufunc(act, kind, vals, wdt, out)
         if out is None and wdt != cdt:
             with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
                 r = r.astype(cdt)
-    if out is None and cdt == _F32 and _all_half(data):
-        with np.errstate(over="ignore"):  # beyond 65504 rounds to inf, as it should
-            r = r.astype(_F16)  # float16 in: computed in float32, returned as float16
+    if out is None and cdt == _F32:
+        nd = _narrow_result(data)
+        if nd is not None and r.dtype != nd:
+            # float16/bfloat16 in: computed in float32, returned as the input's dtype
+            # (beyond 65504 rounds to inf in float16, as it should; ml_dtypes flags NaN)
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = r.astype(nd)
     return r
 
 
@@ -342,6 +356,7 @@ def backward_params(act, data, params) -> dict:
     vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
     wdt = widened(cdt, vals[2:])
     if wdt == cdt:
+        vals[:2] = [_widen_bf16(d) for d in vals[:2]]  # the float32 reductions on exact copies
         res = _reduce_params(act, vals, cdt)
         if res is None:
             copied = _laid_out_alike(vals, cdt)
@@ -370,6 +385,8 @@ def backward_all(act, data, params, out):
     vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
     if widened(cdt, vals[2:]) != cdt:
         return None
+    if any(_is_bf16(getattr(d, "dtype", None)) for d in data):
+        return _backward_all_bf16(act, data, vals, cdt, out)
     res = _fused_backward(act, vals, cdt, out)
     if res is not None or not (out is None or (type(out) is np.ndarray and out.dtype == cdt
                                                and out.shape == np.shape(vals[0]))):
@@ -512,8 +529,10 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
     for i, d in enumerate(data):
         if isinstance(d, np.generic):
             data[i] = d = np.asarray(d)
-        # float16 (or float32 beside float64) is cast in the buffers, as the ufunc casts
-        if type(d) is not np.ndarray or d.dtype.kind != "f" or not np.can_cast(d.dtype, cdt):
+        # float16, bfloat16 (or float32 beside float64) are cast in the buffers, as the
+        # ufunc casts them
+        if (type(d) is not np.ndarray or (d.dtype.kind != "f" and not _is_bf16(d.dtype))
+                or not np.can_cast(d.dtype, cdt)):
             return None
     x = data[0]
     if x.ndim == 0 or x.size < MIN_SIZE:
@@ -528,7 +547,8 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         shape = np.broadcast_shapes(*(d.shape for d in data))
     except ValueError:
         return None  # the ufunc's error
-    if out is not None and (out.dtype.kind != "f" or not np.can_cast(cdt, out.dtype, "same_kind")
+    if out is not None and ((out.dtype.kind != "f" and not _is_bf16(out.dtype))
+                            or not np.can_cast(cdt, out.dtype, "same_kind")
                             or out.shape != shape):
         return None  # the ufunc's errors and casting rules
     fast = _FAST or _loops()
@@ -539,7 +559,8 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         op_flags=[["readonly", "contig", "aligned"]] * n_data
         + [["writeonly", "allocate", "no_broadcast", "contig", "aligned"]],
         op_dtypes=[cdt] * (n_data + 1), casting="same_kind", order="K", buffersize=BUFFER)
-    with it:
+    # a float16/bfloat16 out is cast from the buffers (ml_dtypes flags a NaN's cast)
+    with it, np.errstate(over="ignore", invalid="ignore"):
         for ch in it:
             if all(c.flags.c_contiguous for c in ch):  # what "contig" promises
                 loop(*ch, 0, ch[0].size, *ps)
@@ -549,6 +570,131 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
     # out itself, as numpy returns it: where out overlaps an input, the iterator's operand
     # is a temporary, written back into out as the iterator closes
     return res if out is None else out
+
+
+# --------------------------------------------------------------------------- bfloat16
+def _bf16_flat(a, dt, shape, order):
+    """The bfloat16 array ``a`` (dtype ``dt``, ``shape``) as its bits (a 1-d uint16 view
+    over its memory in the axis ``order``), else None."""
+    if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
+        return None
+    f = (_FAST or _loops()).mem_flat(a, order)
+    return None if f is None else f.view(np.uint16)
+
+
+def _run_bf16(act, kind: str, vals: list, out, n_data: int):
+    """bfloat16 x (and grad_out) of one shape laid out alike, scalar parameters, ``out``
+    None or bfloat16 laid out alike: ``run_bf16_<kind>`` (the float32 loop on widened
+    blocks, rounded once into the result), threaded like the loops. None otherwise."""
+    x = vals[0]
+    if type(x) is not np.ndarray or x.ndim == 0 or x.size < MIN_SIZE:
+        return None  # small: the ufunc through numpy's casts, then rounded (run)
+    fast = _FAST or _loops()
+    dt, shape = x.dtype, x.shape
+    order = fast.axis_order(x)
+    if order is None:
+        return None
+    ins = [_bf16_flat(d, dt, shape, order) for d in vals[:n_data]]
+    if any(f is None for f in ins):
+        return None
+    ps = []
+    for v in vals[n_data:]:
+        if isinstance(v, np.ndarray) and v.ndim > 0:
+            return None
+        ps.append(_param(v, _F32, ()))
+    if out is None:
+        o = fast.empty_like_layout(shape, dt, order)
+    else:
+        of = _bf16_flat(out, dt, shape, order)
+        if of is None:
+            return None
+        # a block is read whole before its part of out is written: out may be an input
+        # itself, but not a shifted view of one (numpy's buffered path takes that)
+        for a in vals[:n_data]:
+            if a is not out and np.may_share_memory(a, out) and not _same_view(a, out):
+                return None
+        o = out
+    ins.append(_bf16_flat(o, dt, shape, order))
+    n = x.size
+    name = "bf16_" + kind
+    if _parallel(n):
+        k = fast.kernel(act.name, name, True)
+        _ready(k, (*ins, True, *ps))
+        fast.launch(k, n, lambda: k(*ins, True, *ps),
+                    lambda: fast.kernel(act.name, name, False)(*ins, False, *ps), dt.char)
+    else:
+        fast.kernel(act.name, name, False)(*ins, False, *ps)
+    return o
+
+
+def _convert(which: str, src, dst) -> None:
+    """``dst`` (uint32 or uint16 view) from ``src``'s bits: ``which`` "widen" or "narrow"."""
+    fast = _FAST or _loops()
+    n = src.size
+    if _parallel(n):
+        k = fast.converter(which, True)
+        _ready(k, (src, dst))
+        fast.launch(k, n, lambda: k(src, dst), lambda: fast.converter(which, False)(src, dst),
+                    which)
+    else:
+        fast.converter(which, False)(src, dst)
+
+
+def _widen_bf16(a):
+    """A float32 copy of a bfloat16 array or scalar ``a`` (exact; its layout kept), else
+    ``a`` itself."""
+    if not _is_bf16(getattr(a, "dtype", None)):
+        return a
+    if type(a) is np.ndarray and a.size >= MIN_SIZE:
+        fast = _FAST or _loops()
+        order = fast.axis_order(a)
+        if order is not None:
+            w = fast.empty_like_layout(a.shape, _F32, order)
+            _convert("widen", fast.mem_flat(a, order).view(np.uint16),
+                     fast.mem_flat(w, order).view(np.uint32))
+            return w
+    return a.astype(_F32)
+
+
+def _narrow_into(r, out):
+    """The float32 array ``r`` rounded into ``out`` (of r's shape): the loops' rounding
+    where both are laid out alike, else numpy's cast (the same rounding, ml_dtypes')."""
+    fast = _FAST or _loops()
+    if _is_bf16(out.dtype) and r.dtype == _F32 and r.size >= MIN_SIZE:
+        order = fast.axis_order(r)
+        if order is not None:
+            of = fast.mem_flat(out, order)
+            if of is not None:
+                _convert("narrow", fast.mem_flat(r, order).view(np.uint32), of.view(np.uint16))
+                return out
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.copyto(out, r, casting="same_kind")
+    return out
+
+
+def _backward_all_bf16(act, data, vals: list, cdt, out):
+    """:func:`backward_all` with a bfloat16 operand: the float32 one-pass loops on exact
+    float32 copies of x and grad_out; grad_x rounded once into bfloat16 when every
+    floating operand is bfloat16 (float32 beside a float32 or float16 operand, as
+    :func:`run`) or into ``out``; the parameter gradients float32. None where the loops
+    do not apply (the dispatcher's two-pass path then gives the same results)."""
+    if out is not None and not (type(out) is np.ndarray and out.shape == np.shape(vals[0])
+                                and (out.dtype == _F32 or _is_bf16(out.dtype))):
+        return None  # run's errors and casting rules
+    wide = [_widen_bf16(d) for d in vals[:2]] + vals[2:]
+    res = _fused_backward(act, wide, cdt, None)
+    if res is None:
+        copied = _laid_out_alike(wide, cdt)
+        res = _fused_backward(act, copied, cdt, None) if copied is not None else None
+    if res is None:
+        return None
+    gx, grads = res
+    if out is None:
+        nd = _narrow_result(data)
+        if nd is None or not _is_bf16(nd):
+            return gx, grads
+        out = np.empty_like(gx, dtype=nd)
+    return _narrow_into(gx, out), grads
 
 
 def _reduction_operands(vals: list, cdt):

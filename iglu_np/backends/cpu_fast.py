@@ -185,6 +185,70 @@ def _lanesum(buf, m):
     return r
 
 
+# --------------------------------------------------------------------------- bfloat16
+# bfloat16 is the upper half of a float32: the loops run float32 on blocks widened from
+# the bfloat16 bits (viewed as uint16; Numba does not type ml_dtypes' arrays) and round
+# the float32 results back. Integer code throughout: LLVM vectorises it, it raises no
+# floating-point flags, and it needs no ml_dtypes.
+BF16_BLOCK = 1 << 11  # elements per block: x, grad_out and out buffers stay in L1/L2
+
+
+@numba.njit(inline="always", cache=_CACHE, **_JIT)
+def _widen(src, dst):
+    """bfloat16 bits ``src`` (uint16) -> float32 bits ``dst`` (uint32): exact."""
+    for i in range(src.size):
+        dst[i] = np.uint32(src[i]) << np.uint32(16)
+
+
+@numba.njit(inline="always", cache=_CACHE, **_JIT)
+def _narrow(src, dst):
+    """float32 bits ``src`` (uint32) -> bfloat16 bits ``dst`` (uint16), rounded to
+    nearest, ties to even (exact for subnormals; overflow rounds to inf); a NaN becomes
+    the quiet NaN of its sign, as ml_dtypes rounds it."""
+    # Numba widens uint32 arithmetic to 64 bits; the truncations keep 32-bit vector lanes
+    # (twice as many per instruction). The sum wraps only for NaNs, which take q.
+    for i in range(dst.size):
+        u = src[i]
+        h = np.uint32(u >> np.uint32(16))
+        r = np.uint32(np.uint32(u + np.uint32(0x7FFF)) + (h & np.uint32(1))) >> np.uint32(16)
+        q = (h & np.uint32(0x8000)) | np.uint32(0x7FC0)
+        dst[i] = np.uint16(q if np.uint32(u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
+
+
+def widen_all(src, dst):
+    """Every element of ``src`` (bfloat16 bits, uint16) widened into ``dst`` (uint32)."""
+    n = src.size
+    nb = (n + TASK_BLOCK - 1) // TASK_BLOCK
+    for b in numba.prange(nb):
+        lo = b * TASK_BLOCK
+        hi = min(lo + TASK_BLOCK, n)
+        _widen(src[lo:hi], dst[lo:hi])
+
+
+def narrow_all(src, dst):
+    """Every element of ``src`` (float32 bits, uint32) rounded into ``dst`` (uint16)."""
+    n = src.size
+    nb = (n + TASK_BLOCK - 1) // TASK_BLOCK
+    for b in numba.prange(nb):
+        lo = b * TASK_BLOCK
+        hi = min(lo + TASK_BLOCK, n)
+        _narrow(src[lo:hi], dst[lo:hi])
+
+
+_converters: dict = {}
+
+
+def converter(which: str, parallel: bool):
+    """The compiled :func:`widen_all` (``which="widen"``) or :func:`narrow_all`
+    (``"narrow"``): ``parallel`` its prange build, else the single-thread one."""
+    key = (which, parallel)
+    k = _converters.get(key)
+    if k is None:
+        fn = {"widen": widen_all, "narrow": narrow_all}[which]
+        k = _converters[key] = _njit(fn if parallel else _serial_copy(fn), parallel=parallel)
+    return k
+
+
 # --------------------------------------------------------------------------- generation
 def _kernel_name(key: str) -> str:
     """The scalar kernel of a spec key: "f", "dx" or a parameter name."""
@@ -509,6 +573,34 @@ def _source(spec) -> str:
             f"        for b in range(part.shape[1]):\n"
             f"            _reduce_block_all(x, g, o, part, b, n{pa})\n"
         )
+    for kind, (ins, key) in calls.items():
+        # run_bf16_<kind>(x[, g], out, par, *params): x, g and out bfloat16 bits (uint16),
+        # scalar float32 parameters; loop_<kind> on float32 blocks widened from them, the
+        # results rounded once into out. A block is read whole before its part of out is
+        # written, so out may be x or g itself.
+        ins_l = ins.split(", ")
+        wide = "".join(f"    {a}w = np.empty(BF16_BLOCK, np.uint32)\n"
+                       f"    _widen({a}[lo:hi], {a}w[:m])\n" for a in ins_l)
+        fl = ", ".join(f"{a}w.view(np.float32)" for a in ins_l)
+        out.append(
+            f"def _bf16_block_{kind}({ins}, out, b, n{pa}):\n"
+            f"    lo = b * BF16_BLOCK\n"
+            f"    hi = min(lo + BF16_BLOCK, n)\n"
+            f"    m = hi - lo\n"
+            f"{wide}"
+            f"    ow = np.empty(BF16_BLOCK, np.uint32)\n"
+            f"    loop_{kind}({fl}, ow.view(np.float32), 0, m{pa})\n"
+            f"    _narrow(ow[:m], out[lo:hi])\n\n"
+            f"def run_bf16_{kind}({ins}, out, par{pa}):\n"
+            f"    n = x.size\n"
+            f"    nb = (n + BF16_BLOCK - 1) // BF16_BLOCK\n"
+            f"    if par:\n"
+            f"        for b in prange(nb):\n"
+            f"            _bf16_block_{kind}({ins}, out, b, n{pa})\n"
+            f"    else:\n"
+            f"        for b in range(nb):\n"
+            f"            _bf16_block_{kind}({ins}, out, b, n{pa})\n"
+        )
     return "\n".join(out)
 
 
@@ -534,6 +626,7 @@ def _module(spec):
         ns = mod.__dict__
         ns.update(np=np, prange=numba.prange, _param_at=_param_at, _param_slice=_param_slice,
                   _zero=_zero, _lanesum=_lanesum, _skew=_skew, TASK_BLOCK=TASK_BLOCK,
+                  BF16_BLOCK=BF16_BLOCK, _widen=_widen, _narrow=_narrow,
                   REDUCE_BLOCK=REDUCE_BLOCK, DOMAIN_BLOCK=DOMAIN_BLOCK, MAX_OUTSIDE=MAX_OUTSIDE,
                   DOMAIN_CHUNK=DOMAIN_CHUNK, _same=_same, _f=scalar["_f"], _dx=scalar["_dx"])
         ns.update({k: v for k, v in scalar.items() if k.startswith("_b_")})
@@ -548,6 +641,8 @@ def _module(spec):
             ns[f"_reduce_block_{p}"] = _njit(ns[f"_reduce_block_{p}"], inline="always")
         if spec.param_names:
             ns["_reduce_block_all"] = _njit(ns["_reduce_block_all"], inline="always")
+        for kind in cpu.kernel_kinds(spec):
+            ns[f"_bf16_block_{kind}"] = _njit(ns[f"_bf16_block_{kind}"])
         _mods[spec.name] = mod
         return mod
 
