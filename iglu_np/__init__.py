@@ -3,17 +3,23 @@
 Every activation ``iglu_np.<name>`` is generated from its declarative spec in
 ``iglu_np/activations``: call it for the forward value; ``.dx``, ``.dparams``,
 ``.backward`` and ``.backward_params`` give the derivatives, ``.ufunc`` the raw ufunc.
-``iglu_np.ACTIVATIONS`` maps every name to its activation object.
+``iglu_np.ACTIVATIONS`` maps every name to its activation object. ``iglu_np.ALIASES``
+maps other names in use (Hugging Face transformers' ``ACT2FN``: ``quick_gelu``,
+``gelu_new``, ``relu6`` ...) to ``(activation name, parameter values)``; ``iglu_np.get``
+and ``iglu_np.<alias>`` give them as activation objects with those values as defaults.
 """
 from types import MappingProxyType as _MappingProxy
 
 from . import _forksafe  # noqa: F401  (registers the fork hook before any thread starts)
-from ._api import Activation, _acts, get
+from ._aliases import ALIASES
+from ._api import Activation, Alias, _acts, _aliases, get
 from .stats import tail_index
 
 __version__ = "0.1.0"
 
 ACTIVATIONS = _MappingProxy(_acts())
 globals().update(ACTIVATIONS)
+globals().update(_aliases())
 
-__all__ = ["ACTIVATIONS", "Activation", "get", "tail_index", "__version__", *ACTIVATIONS]
+__all__ = ["ACTIVATIONS", "ALIASES", "Activation", "Alias", "get", "tail_index", "__version__",
+           *ACTIVATIONS, *ALIASES]

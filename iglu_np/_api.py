@@ -19,7 +19,7 @@ from .backends import ufunc as _ufunc
 from ._params import keyword_hint as _keyword_hint
 from ._spec import REGISTRY
 
-__all__ = ["Activation", "get"]
+__all__ = ["Activation", "Alias", "get"]
 
 _PUBLIC_KIND = {"fwd": "__call__", "bwd": "backward"}
 
@@ -174,11 +174,92 @@ class Activation:
         return _ufunc(self.name, kind)
 
 
+class _AliasOp(_Op):
+    """A kernel kind of an alias: the target's, with the alias's parameter defaults."""
+
+    def __init__(self, act: "Alias", op: _Op):
+        vars(self).update(vars(op))
+        self._fixed = act.fixed
+        self.__name__ = f"{act.name}.{op.__name__.split('.', 1)[1]}"
+
+    def __call__(self, *args, out=None, **params):
+        return super().__call__(*args, out=out, **{**self._fixed, **params})
+
+
+class _AliasDParams(_DParams):
+    def __init__(self, act: "Alias", op: _DParams):
+        vars(self).update(vars(op))
+        self._fixed = act.fixed
+        self.__name__ = f"{act.name}.dparams"
+
+    def __call__(self, x, /, *args, **params):
+        return super().__call__(x, *args, **{**self._fixed, **params})
+
+
+class Alias(Activation):
+    """Another name for a registered activation (``iglu_np.ALIASES``), with the alias's
+    fixed parameter values as its defaults: ``iglu_np.quick_gelu`` is ``iglu_np.swish``
+    with ``beta=1.702``. A parameter passed to a call overrides the default, as for any
+    activation. Calls, derivatives and backward passes run the target's kernels;
+    ``.ufunc`` and ``.spec`` are the target's (the raw ufunc takes every parameter
+    positionally). Pickles by the alias's name."""
+
+    def __init__(self, name: str, target: Activation, fixed, note: str = ""):
+        import dataclasses
+
+        vars(self).update(vars(target))
+        self.name = self.__name__ = self.__qualname__ = name
+        self.target = target.name
+        self.fixed = MappingProxyType(dict(fixed))
+        self.params = tuple(dataclasses.replace(p, default=self.fixed[p.name])
+                            if p.name in self.fixed else p for p in target.params)
+        self.defaults = MappingProxyType({p.name: p.default for p in self.params})
+        self.__signature__ = target.__signature__.replace(parameters=[
+            q.replace(default=self.defaults[q.name]) if q.name in self.defaults else q
+            for q in target.__signature__.parameters.values()])
+        fixed_txt = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
+        self.__doc__ = (f"``{name}``: an alias of ``iglu_np.{target.name}``"
+                        + (f" with {fixed_txt}" if fixed_txt else "") + "."
+                        + (f" {note}." if note else "") + "\n\n" + (target.__doc__ or ""))
+        self.dx = _AliasOp(self, target.dx)
+        self.backward = _AliasOp(self, target.backward)
+        self.dparams = _AliasDParams(self, target.dparams)
+
+    def __call__(self, x, /, *args, out=None, **params):
+        return super().__call__(x, *args, out=out, **{**self.fixed, **params})
+
+    def backward_params(self, x, grad_out, /, *args, **params) -> dict:
+        return super().backward_params(x, grad_out, *args, **{**self.fixed, **params})
+
+    def backward_all(self, x, grad_out, /, *args, out=None, **params) -> tuple:
+        return super().backward_all(x, grad_out, *args, out=out, **{**self.fixed, **params})
+
+    def __reduce__(self):
+        return (get, (self.name,))
+
+    def __repr__(self):
+        ps = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
+        return f"<iglu_np activation {self.name}: alias of {self.target}({ps})>"
+
+
 def _build() -> dict:
     return {name: Activation(spec) for name, spec in REGISTRY.items()}
 
 
 _ACTS = None
+_ALIAS_ACTS = None
+
+
+def _aliases() -> dict:
+    """Alias name -> :class:`Alias` (``iglu_np._aliases``)."""
+    global _ALIAS_ACTS
+    if _ALIAS_ACTS is None:
+        from ._aliases import ALIASES, NOTES
+
+        acts = _acts()
+        _ALIAS_ACTS = {a: Alias(a, acts[t], fixed, NOTES.get(a, ""))
+                       for a, (t, fixed) in ALIASES.items()}
+    return _ALIAS_ACTS
 
 
 def _acts() -> dict:
@@ -191,15 +272,22 @@ def _acts() -> dict:
 
 
 def get(name: str) -> Activation:
-    """The activation called ``name`` (``KeyError`` listing the known names otherwise)."""
+    """The activation called ``name``, or the :class:`Alias` of that name
+    (``iglu_np.ALIASES``); ``KeyError`` listing the known names otherwise."""
     try:
         return _acts()[name]
-    except KeyError:
+    except (KeyError, TypeError):
+        pass
+    try:
+        return _aliases()[name]
+    except (KeyError, TypeError):
         import difflib
 
+        known = [*_acts(), *_aliases()]
         key = str(name).lower().replace("-", "_")
-        near = [key] if key in _acts() else difflib.get_close_matches(key, _acts(), n=3)
+        near = [key] if key in known else difflib.get_close_matches(key, known, n=3)
         hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
         raise KeyError(
-            f"unknown activation {name!r}; {hint}known: {', '.join(sorted(_acts()))}"
+            f"unknown activation {name!r}; {hint}known: {', '.join(sorted(_acts()))}; "
+            f"aliases: {', '.join(sorted(_aliases()))}"
         ) from None

@@ -36,13 +36,14 @@ def versions() -> dict:
 
 
 def main(args) -> int:
-    from . import ACTIVATIONS, _cachecmd
+    from . import ACTIVATIONS, ALIASES, _cachecmd
 
     info = {
         "activations": {
             n: {p.name: {"default": p.default, "domain": p.domain} for p in a.params}
             for n, a in ACTIVATIONS.items()
         },
+        "aliases": {a: {"activation": t, "params": dict(p)} for a, (t, p) in ALIASES.items()},
         "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
         "versions": versions(),
         "cache": _cachecmd.describe(),
@@ -57,6 +58,11 @@ def main(args) -> int:
     for n, ps in info["activations"].items():
         pdesc = ", ".join(f"{k}={d['default']!r} ({d['domain']})" for k, d in ps.items())
         print(f"  {n:<{w}}  {pdesc or '-'}")
+    print(f"\naliases ({len(info['aliases'])}, other names in use: Hugging Face ACT2FN):")
+    w = max(map(len, info["aliases"]), default=0)
+    for a, d in info["aliases"].items():
+        ps = ", ".join(f"{k}={v!r}" for k, v in d["params"].items())
+        print(f"  {a:<{w}}  {d['activation']}({ps})")
     print("\nbackends:")
     for k, d in info["backends"].items():
         print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")

@@ -113,6 +113,8 @@ def main(args) -> int:
         except KeyError as e:
             print(f"iglu-np warmup: {e.args[0]}", file=sys.stderr)
             return 2
+    # an alias runs its activation's kernels
+    names = list(dict.fromkeys(get(n).spec.name for n in names))
     if args.jobs < 0:
         print("iglu-np warmup: --jobs must be 0 (one per CPU) or more", file=sys.stderr)
         return 2

@@ -235,7 +235,10 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     acts = iglu_np.ACTIVATIONS
     names = list(names or acts)
     for n in names:
-        iglu_np.get(n)  # KeyError naming the closest registered names
+        a = iglu_np.get(n)  # KeyError naming the closest registered names
+        if n not in acts:
+            raise KeyError(f"{n!r} is an alias of {a.spec.name!r}, which the benchmark times "
+                           "(it times each activation once, by its own name)")
     if "identity" in acts:  # first: the other rows are relative to it
         names = ["identity"] + [n for n in names if n != "identity"]
     th = None

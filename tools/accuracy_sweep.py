@@ -11,6 +11,11 @@ floor, as ``tests.accuracy.measure`` does). The JSON's schema is documented in
 
     python tools/accuracy_sweep.py --out docs/data/accuracy.json      # all, in parallel
     python tools/accuracy_sweep.py --names iglu,gelu                   # a table, no file
+    python tools/accuracy_sweep.py --only swish --out docs/data/accuracy.json  # merge
+
+``--only`` sweeps the named activations with the grid of the existing file's command
+(unless ``--n-log``/``--n-lin`` are given) and replaces their rows in it, the other
+rows kept; the file's command records the merge (its date and git revision).
 
 The result does not depend on ``--jobs`` (the rows come out in registry order). The exit
 status is 1 when any row's worst error exceeds its bound (the JSON is still written, so
@@ -25,6 +30,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -151,7 +157,9 @@ def versions() -> dict:
 def command(args) -> str:
     """The command that reproduces the file (``--jobs`` does not change it)."""
     parts = ["python tools/accuracy_sweep.py", f"--n-log {args.n_log}", f"--n-lin {args.n_lin}"]
-    if args.names:
+    if getattr(args, "only", None):
+        parts.append("--only " + ",".join(args.only))
+    elif args.names:
         parts.append("--names " + ",".join(args.names))
     if args.out:
         parts.append(f"--out {args.out}")
@@ -202,6 +210,22 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def merged(old: dict, new: dict, names) -> dict:
+    """``old`` with ``names``' rows replaced by ``new``'s, registry order, and the merge
+    recorded in the command."""
+    import iglu_np
+
+    if old.get("schema") != new["schema"] or old.get("bounds") != new["bounds"]:
+        raise SystemExit("accuracy_sweep: the existing file's schema or bounds differ: "
+                         "rerun the full sweep")
+    rows = [r for r in old["rows"] if r["activation"] not in names] + new["rows"]
+    order = {n: i for i, n in enumerate(iglu_np.ACTIVATIONS)}
+    rows.sort(key=lambda r: order.get(r["activation"], len(order)))  # stable: kinds, dtypes
+    git = new["versions"].get("git")
+    note = f"{new['command']} ({new['date']}" + (f", git {git})" if git else ")")
+    return {**old, "command": f"{old['command']}; then {note}", "rows": rows}
+
+
 def main(argv=None) -> int:
     import iglu_np
 
@@ -217,8 +241,22 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, metavar="PATH",
                    help="write the JSON here (docs/data/accuracy.json for the docs); "
                         "without it, only the table is printed")
+    p.add_argument("--only", type=lambda s: [v for v in s.split(",") if v], default=None,
+                   metavar="NAME,...",
+                   help="sweep these and merge their rows into the existing --out file")
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
+    raw = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    old = None
+    if args.only is not None:
+        if args.names or not args.out or not Path(args.out).exists():
+            p.error("--only merges into an existing --out file (and replaces --names)")
+        old = json.loads(Path(args.out).read_text())
+        args.names = args.only
+        for flag, attr in (("--n-log", "n_log"), ("--n-lin", "n_lin")):
+            m = re.search(re.escape(flag) + r" (\d+)", old.get("command", ""))
+            if m and not any(a == flag or a.startswith(flag + "=") for a in raw):
+                setattr(args, attr, int(m.group(1)))
     if args.jobs < 1 or args.n_log < 2 or args.n_lin < 2:
         p.error("--jobs must be >= 1, --n-log and --n-lin >= 2")
     for n in args.names or ():
@@ -250,6 +288,8 @@ def main(argv=None) -> int:
         "bounds": {"fwd": acc.FWD_ULP, "derivative": acc.DER_ULP},
         "rows": rows,
     }
+    if old is not None:
+        data = merged(old, data, names)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")

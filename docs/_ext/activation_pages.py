@@ -225,8 +225,34 @@ def index(acts) -> str:
     for n, a in acts.items():
         ps = "; ".join(f"``{p.name}={p.default!r}`` ({p.domain})" for p in a.params) or "—"
         lines += [f"   * - :doc:`{n}`", f"     - {ps}", f"     - :math:`{a.formula}`"]
+    lines += [""] + aliases_section()
     lines += ["", ".. toctree::", "   :hidden:", ""] + [f"   {n}" for n in acts]
     return "\n".join(lines) + "\n"
+
+
+def aliases_section() -> list:
+    """The aliases (``iglu_np.ALIASES``) and how Hugging Face transformers' ``ACT2FN``
+    names map, from ``iglu_np._aliases``."""
+    from iglu_np._aliases import ALIASES, HF_NOT_PROVIDED, HF_SAME_NAME, NOTES
+
+    lines = [".. _activation-aliases:", "", "Aliases", "-------", "",
+             "Other names in use for these activations: the names of Hugging Face "
+             "transformers' ``ACT2FN`` that are an activation here under another name. "
+             "``iglu_np.get(alias)`` and ``iglu_np.<alias>`` give an activation object with "
+             "the listed parameter values as its defaults (a parameter passed to the call "
+             "overrides them); ``iglu_np.ALIASES`` maps each alias to ``(activation, "
+             "parameters)``.", "",
+             ".. list-table::", "   :header-rows: 1", "   :widths: 18 30 52", "",
+             "   * - alias", "     - activation", "     - what the name computes"]
+    for a, (t, fixed) in ALIASES.items():
+        ps = ", ".join(f"{k}={v!r}" for k, v in fixed.items())
+        lines += [f"   * - ``{a}``", f"     - :doc:`{t}`" + (f" ``({ps})``" if ps else ""),
+                  f"     - {NOTES[a]}"]
+    lines += ["", "``ACT2FN`` names that are activations here under the same name, at their "
+              "defaults: " + ", ".join(f":doc:`{n}`" for n in HF_SAME_NAME) + ".", "",
+              "Not provided (no activation here computes them):", ""]
+    lines += [f"- ``{n}``: {what}" for n, what in HF_NOT_PROVIDED.items()]
+    return lines
 
 
 def generate(app) -> None:

@@ -266,7 +266,7 @@ class ActivationLayer(Module):
         if per_unit and learnable and units is None:
             raise ValueError("per_unit learnable parameters need the layer width (units)")
         values = {**act.defaults, **params}
-        _params.values(_params.of(act.name), values)  # domains and combinations now, with a clear error
+        _params.values(act._p, values)  # domains and combinations now, with a clear error
         self._fixed = {k: v for k, v in values.items() if k not in learnable}
         self._learnable = learnable
         self._transforms = {n: param_transform(act, n) for n in learnable}
