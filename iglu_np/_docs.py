@@ -8,7 +8,8 @@ def _param_lines(spec) -> list:
     lines = [
         "x : array_like",
         "    Input. float32 stays float32 and float64 stays float64; integers and booleans",
-        "    compute in float64; float16 computes in float32 and returns float16.",
+        "    compute in float64; float16 and bfloat16 (``ml_dtypes``) compute in float32",
+        "    and return their own dtype.",
     ]
     for p in spec.params:
         lines.append(f"{p.name} : float or array_like, default {p.default!r}")

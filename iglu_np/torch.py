@@ -14,7 +14,8 @@ too) keeps each as one opaque node of the graph, forward and backward.
 The kernels run on the tensors' own memory. CPU tensors are viewed as numpy arrays (no
 copy; bfloat16 through ``ml_dtypes``); results go into tensors torch allocates, through
 ``out=``. CUDA tensors go to the CuPy kernels through DLPack, on torch's current stream
-(bfloat16 there computes on a float32 copy: CuPy has no bfloat16).
+(bfloat16 there computes on a float32 copy, which needs no bfloat16 support from CuPy's
+DLPack and gives the same bits: float32 math rounded once to nearest even).
 
 Dtypes: float16, bfloat16, float32 and float64; the result has x's dtype. Tensor
 parameters compute in x's compute dtype (float32 for 16-bit x) and their gradients come
@@ -136,7 +137,8 @@ def _on_gpu(x, fn):
 
 
 def _widen_bf16(x):
-    # CuPy has no bfloat16: such tensors compute on a float32 copy.
+    # A float32 copy: independent of CuPy's bfloat16 DLPack support, and the same bits
+    # (the kernels compute bfloat16 in float32; .to(bfloat16) rounds to nearest even).
     return x.float() if x.dtype == torch.bfloat16 else x
 
 
