@@ -12,14 +12,14 @@ from types import MappingProxyType as _MappingProxy
 
 from . import _forksafe  # noqa: F401  (registers the fork hook before any thread starts)
 from ._aliases import ALIASES
-from ._api import Activation, Alias, _acts, _aliases, get
+from ._api import Activation, Alias, _acts, _alias_objects, get
 from .stats import tail_index
 
 __version__ = "0.1.0"
 
 ACTIVATIONS = _MappingProxy(_acts())
 globals().update(ACTIVATIONS)
-globals().update(_aliases())
+globals().update(_alias_objects())
 
 __all__ = ["ACTIVATIONS", "ALIASES", "Activation", "Alias", "get", "tail_index", "__version__",
            *ACTIVATIONS, *ALIASES]

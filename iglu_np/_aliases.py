@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["ALIASES", "NOTES", "HF_SAME_NAME", "HF_NOT_PROVIDED"]
+__all__ = ["ALIASES", "NOTES", "HF_SAME_NAME", "HF_NOT_PROVIDED", "wrap"]
 
 # alias -> (activation, fixed parameters, what the alias names and why it is the target)
 _TABLE = {
@@ -59,3 +59,27 @@ HF_NOT_PROVIDED = MappingProxyType({
                "attention activation)",
     "sqrtsoftplus": "sqrt(softplus(x))",
 })
+
+
+def wrap(alias: str, fn, module: str):
+    """``fn`` (a bridge's function of the alias's target, ``fn(x, /, **params)``) under the
+    alias's name, with the alias's fixed values as parameter defaults that a call may
+    override, as ``iglu_np.<alias>`` does. Used by :mod:`iglu_np.torch` and :mod:`iglu_np.jax`."""
+    import inspect
+
+    target, fixed = ALIASES[alias]
+    fixed = dict(fixed)
+
+    def f(x, /, **params):
+        return fn(x, **{**fixed, **params})
+
+    f.__name__ = f.__qualname__ = alias
+    f.__module__ = module
+    sig = inspect.signature(fn)
+    f.__signature__ = sig.replace(parameters=[
+        q.replace(default=fixed[q.name]) if q.name in fixed else q
+        for q in sig.parameters.values()])
+    shown = ", ".join(f"{k}={v!r}" for k, v in fixed.items())
+    f.__doc__ = (f"Alias of ``{module}.{target}({shown})``: {NOTES[alias]}.\n\n"
+                 f"{fn.__doc__ or ''}")
+    return f

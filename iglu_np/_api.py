@@ -250,8 +250,8 @@ _ACTS = None
 _ALIAS_ACTS = None
 
 
-def _aliases() -> dict:
-    """Alias name -> :class:`Alias` (``iglu_np._aliases``)."""
+def _alias_objects() -> dict:
+    """Alias name -> :class:`Alias` (the table is :data:`iglu_np.ALIASES`)."""
     global _ALIAS_ACTS
     if _ALIAS_ACTS is None:
         from ._aliases import ALIASES, NOTES
@@ -279,15 +279,15 @@ def get(name: str) -> Activation:
     except (KeyError, TypeError):
         pass
     try:
-        return _aliases()[name]
+        return _alias_objects()[name]
     except (KeyError, TypeError):
         import difflib
 
-        known = [*_acts(), *_aliases()]
+        known = [*_acts(), *_alias_objects()]
         key = str(name).lower().replace("-", "_")
         near = [key] if key in known else difflib.get_close_matches(key, known, n=3)
         hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
         raise KeyError(
             f"unknown activation {name!r}; {hint}known: {', '.join(sorted(_acts()))}; "
-            f"aliases: {', '.join(sorted(_aliases()))}"
+            f"aliases: {', '.join(sorted(_alias_objects()))}"
         ) from None

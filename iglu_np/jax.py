@@ -56,11 +56,11 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 
 import numpy as np
 
-from . import _params
+from . import _aliases, _params
 from ._dtypes import is_bf16
 from ._api import _acts
 
-__all__ = ["ACTIVATIONS", *_acts()]
+__all__ = ["ACTIVATIONS", "ALIASES", *_acts(), *_aliases.ALIASES]
 
 _VMAP = "broadcast_all"
 """Elementwise kernels batch by broadcasting: every operand gets the batch axes (an
@@ -236,4 +236,10 @@ def _make(act):
 ACTIVATIONS = MappingProxyType({name: _make(act) for name, act in _acts().items()})
 """A read-only mapping from each activation's name to its JAX function, in the registry's
 order (``iglu_np.jax.ACTIVATIONS["iglu"] is iglu_np.jax.iglu``)."""
+ALIASES = MappingProxyType({a: _aliases.wrap(a, ACTIVATIONS[t], __name__)
+                            for a, (t, _) in _aliases.ALIASES.items()})
+"""Alias name -> JAX function: Hugging Face's activation names (``iglu_np.ALIASES``) as
+functions of their target, the alias's parameter values as defaults
+(``iglu_np.jax.quick_gelu(x)`` is ``iglu_np.jax.swish(x, beta=1.702)``)."""
 globals().update(ACTIVATIONS)
+globals().update(ALIASES)

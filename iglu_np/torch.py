@@ -46,11 +46,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import _params
+from . import _aliases, _params
 from ._api import Activation as _Act
 from ._api import _acts
 
-__all__ = ["Activation", "FUNCTIONS", "MODULES", "class_name"]
+__all__ = ["Activation", "ALIASES", "FUNCTIONS", "MODULES", "class_name"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -567,7 +567,14 @@ for _name, _act in _acts().items():
 MODULES = MappingProxyType(_MODULES)
 """Activation name -> its ``nn.Module`` class (``MODULES["iglu"] is IGLU``)."""
 
+ALIASES = MappingProxyType({a: _aliases.wrap(a, _FUNCTIONS[t], __name__)
+                            for a, (t, _) in _aliases.ALIASES.items()})
+"""Alias name -> function: Hugging Face's activation names (``iglu_np.ALIASES``) as
+functions of their target, the alias's parameter values as defaults
+(``iglu_np.torch.quick_gelu(x)`` is ``iglu_np.torch.swish(x, beta=1.702)``)."""
+
 globals().update(_FUNCTIONS)
+globals().update(ALIASES)
 globals().update({cls.__name__: cls for cls in _MODULES.values()})
-__all__ += [*_FUNCTIONS, *(cls.__name__ for cls in _MODULES.values())]
+__all__ += [*_FUNCTIONS, *ALIASES, *(cls.__name__ for cls in _MODULES.values())]
 del _name, _act

@@ -265,7 +265,7 @@ def test_bad_traced_parameter_fails_in_the_callback_with_iglu_np_message():
 
 # --------------------------------------------------------------------------- the module
 def test_every_activation_is_a_jax_function_with_its_signature():
-    assert ij.__all__ == ["ACTIVATIONS", *NAMES]
+    assert ij.__all__ == ["ACTIVATIONS", "ALIASES", *NAMES, *iglu_np.ALIASES]
     for name in NAMES:
         fn = getattr(ij, name)
         assert ij.ACTIVATIONS[name] is fn
@@ -302,3 +302,17 @@ def test_import_iglu_np_jax_without_jax_names_the_extra():
     """)
     assert r.returncode == 0, r.stderr
     assert "pip install '.[jax]'" in r.stdout
+
+
+def test_aliases_are_their_target_with_the_alias_parameters():
+    # Hugging Face's names (iglu_np.ALIASES) as JAX functions, e.g. quick_gelu
+    x = np.linspace(-4, 4, 33, dtype=np.float32)
+    assert set(ij.ALIASES) == set(iglu_np.ALIASES)
+    for alias, (target, fixed) in iglu_np.ALIASES.items():
+        fn = getattr(ij, alias)
+        assert fn is ij.ALIASES[alias]
+        np.testing.assert_array_equal(np.asarray(fn(jnp.asarray(x))),
+                                      getattr(iglu_np, alias)(x))
+    g = jax.grad(lambda b: ij.quick_gelu(jnp.asarray(x), beta=b).sum())(jnp.float32(1.702))
+    want = iglu_np.swish.backward_params(x, np.ones_like(x), beta=np.float32(1.702))["beta"]
+    np.testing.assert_allclose(float(g), float(want), rtol=1e-6)

@@ -419,3 +419,20 @@ def test_docstring_examples_run():
 
     r = doctest.testmod(it, optionflags=doctest.ELLIPSIS)
     assert r.attempted and not r.failed
+
+
+def test_aliases_are_their_target_with_the_alias_parameters():
+    # Hugging Face's names (iglu_np.ALIASES) as bridge functions, e.g. quick_gelu
+    x = torch.linspace(-4, 4, 33, dtype=torch.float64, requires_grad=True)
+    assert set(it.ALIASES) == set(iglu_np.ALIASES)
+    for alias, (target, fixed) in iglu_np.ALIASES.items():
+        fn = getattr(it, alias)
+        assert fn is it.ALIASES[alias]
+        y = fn(x)
+        torch.testing.assert_close(y, it.FUNCTIONS[target](x, **fixed), rtol=0, atol=0)
+        want = getattr(iglu_np, alias)(x.detach().numpy())
+        np.testing.assert_array_equal(y.detach().numpy(), want)
+    b = torch.tensor(1.702, dtype=torch.float64, requires_grad=True)
+    it.quick_gelu(x, beta=b).sum().backward()  # an alias parameter stays trainable
+    want = iglu_np.swish.backward_params(x.detach().numpy(), np.ones(33), beta=1.702)["beta"]
+    np.testing.assert_allclose(b.grad.item(), float(want), rtol=1e-12)
