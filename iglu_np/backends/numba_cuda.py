@@ -16,6 +16,19 @@ are arrays, number of dimensions):
   in *every* operand are merged: the usual case (same-shape contiguous arrays, scalar
   parameters) runs as a 1-D C-contiguous kernel; strided inputs keep their strides (no
   copies) and index through the few dimensions left;
+* the vector form: where the collapsed kernel is 1-D, every operand C-contiguous, of one
+  dtype and 16-byte aligned, and the parameters scalars (the usual case), each thread
+  loads 16 bytes of each operand per step (4 float32, 2 float64, 8 float16; 4 float16
+  under numba-cuda-mlir) with one vector load, computes them, stores them with one
+  vector store and strides over the grid; the ``n % lanes`` last elements go to one
+  thread each. Other launches (strided, broadcast, views that start mid-vector) take the
+  general form;
+* a thin per-call path for that usual case (:func:`_thin`): a plan cached per
+  (activation, kind, dtypes, array type, parameter values) holds the validated
+  parameters and the vector kernel compiled for raw pointers (one signature: no type
+  resolution per call), launch configurations are cached, a new output comes from the
+  input library's own pool (CuPy's, torch's; Numba's ``device_array`` otherwise), and
+  the launch passes integers, not wrapped arrays;
 * the launch goes to the input's stream (the ``__cuda_array_interface__`` stream of a
   CuPy array or torch tensor, the bound stream of a Numba array, else the default);
 * float16 data is loaded as float16, computed in float32 and stored as float16;
