@@ -146,7 +146,7 @@ def cupy_overhead():
 def main():
     for title, fn in (("numba-cuda-mlir layouts (direct, no CuPy hand-off):", layouts),
                       ("a small CuPy-backend call (1,024 float32), wall time, best of 3:", cupy_overhead),
-                      ("a small Numba CUDA call, 200 calls, by own time:", overhead)):
+                      ("a small Numba CUDA call (1,024 float32): wall time, then 200 calls by own time:", overhead)):
         print(title)
         try:
             fn()
