@@ -48,8 +48,11 @@ class _NoKernel:
 
 
 def stub(nc, n, dtype):
-    """Replace what needs a GPU: the compiled pointer kernel, the stream objects, the SM
-    count, and the output allocation."""
+    """Replace what needs a GPU (and a toolchain): the compiled pointer kernel, the
+    stream objects, the SM count, and the output allocation."""
+    nc._cuda = lambda: None
+    nc._mlir = lambda: False
+    nc.simulator = lambda: False
     nc._pointer_kernel = lambda *a, **k: _NoKernel()
     nc._launch_stream = lambda cuda, s: None
     nc._state["sms"] = 132
