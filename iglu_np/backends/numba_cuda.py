@@ -1195,7 +1195,8 @@ def backward_params(act, data, params) -> dict:
 # type resolution, a fresh external-stream object and launch configuration): a plan per
 # (activation, kind, dtypes, array type, parameter values) holds the validated
 # compute-dtype parameters and the vector kernel compiled for raw pointers, and a launch
-# passes integers. Everything else, and every error, goes through the general path.
+# passes integers. Everything else goes through the general path; invalid parameters
+# raise the general path's errors (the same validation, whose result alone is cached).
 _FLOATS = {np.dtype(t).str: np.dtype(t) for t in (np.float16, np.float32, np.float64)}
 _SCALARS = frozenset({float, int, np.float16, np.float32, np.float64, np.int32, np.int64})
 _plans: dict = {}
