@@ -177,3 +177,43 @@ def test_backward_all_matches_cpu(cupy, name, dt):
         got = float(cupy.asnumpy(gp[p]))
         assert got == float(v) or abs(got - float(v)) <= 1e-10 * scale + 2 * float(np.spacing(np.abs(v).astype(dt))), (
             f"{name} d_{p}: gpu {got!r} cpu {float(v)!r} (scale {scale:.3g})")
+
+
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", ["relu", "iglu", "gelu_tanh", "silu", "xielu"])
+def test_numba_cuda_thin_path_gives_the_general_forms_bits(cupy, cuda, name, dt):
+    """Contiguous aligned CuPy and Numba arrays take the thin path (the vector kernel on
+    raw pointers); the same values one element into a buffer take the general scalar
+    form: the same bits (the same device function), at sizes with every tail length; relu
+    gives the CPU's bits, the rest are within CROSS_ULP of the CPU."""
+    from iglu_np.backends import numba_cuda as nc
+
+    act = iglu_np.get(name)
+    ps = _params(act)
+    pts = _points(dt)
+    for n in (1, 3, 7, 9, 1024, 4099, pts.size):
+        x = pts[:n]
+        g = np.linspace(-2, 2, n).astype(dt)
+        xd, gd = cupy.asarray(x), cupy.asarray(g)
+        xm = cupy.empty(n + 1, dt)[1:]
+        xm[...] = xd
+        for kind, fn, args, margs in (("fwd", act, (xd,), (xm,)), ("dx", act.dx, (xd,), (xm,)),
+                                      ("bwd", act.backward, (xd, gd), (xm, gd))):
+            got = cupy.asnumpy(fn(*args, backend="numba_cuda", **ps))
+            ref = cupy.asnumpy(fn(*margs, backend="numba_cuda", **ps))
+            want = fn(*(cupy.asnumpy(a) for a in args), **ps)
+            _same(got, ref, f"{name} {kind} n={n} thin vs general")
+            if name == "relu":
+                _same(got, want, f"{name} {kind} n={n}")
+            else:
+                _close(got, want, dt, f"{name} {kind} n={n}", act.spec, kind, x,
+                       g if kind == "bwd" else None, ps)
+        ran = {k[1] for k in nc._plans if k[0] == name and k[2][0] == np.dtype(dt) and k[3] is cupy.ndarray}
+        assert ran >= {"fwd", "dx", "bwd"}, ran  # the thin path ran
+        # Numba device arrays, out= and in place
+        dx = cuda.to_device(x)
+        o = cuda.device_array(n, dt)
+        assert act(dx, out=o, **ps) is o
+        _same(o.copy_to_host(), cupy.asnumpy(act(xm, backend="numba_cuda", **ps)), f"{name} numba out=")
+        act(dx, out=dx, **ps)
+        _same(dx.copy_to_host(), o.copy_to_host(), f"{name} in place")

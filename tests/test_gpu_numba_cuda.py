@@ -7,7 +7,11 @@
   one, elementwise kernels are single-pass (one load per input and one store per element);
 * the kernels run under the CUDA simulator (a subprocess with NUMBA_ENABLE_CUDASIM=1) and
   match the CPU ufuncs: odd sizes, non-contiguous input, broadcast parameter arrays,
-  float16, out=, backward_params.
+  float16, out=, backward_params;
+* the vector form (16-byte loads and stores, a scalar tail) in PTX, and in the simulator
+  bit for bit against the general form (misaligned views) at every tail length; the
+  thin per-call path's choices (pointers, parameters, what it leaves to the general
+  path, its errors) with fake device arrays and a recording kernel.
 
 The full compile matrix (every kind x dtype x cc x scalar/array parameters, plus the device
 functions on their own) is ``slow``; by default every activation's fwd and bwd kernels
@@ -384,3 +388,280 @@ def test_out_overlapping_an_operand_is_buffered_in_the_simulator():
     r = subprocess.run([sys.executable, "-c", _OVERLAP_CHILD], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- vector form
+# (name, kind, compute dtype, data dtype): one float16 case (eight halves per 16-byte
+# access), float64 (two per access), a prepared kernel (xielu) and a two-input one (bwd)
+VECTOR_CASES = [("iglu", "fwd", "float32", "float32"), ("relu", "fwd", "float32", "float32"),
+                ("iglu", "bwd", "float32", "float16"), ("gelu_tanh", "bwd", "float64", "float64"),
+                ("xielu", "dx", "float32", "float32")]
+VECTOR_OPS = {"float32": ("ld.global.v4.f32", "st.global.v4.f32"),
+              "float64": ("ld.global.v2.f64", "st.global.v2.f64"),
+              # halves move as 32-bit words: NVVM splits a vector of eight halves in two
+              "float16": ("ld.global.v4.u32", "st.global.v4.u32")}
+
+
+# every case on raw pointers (the thin path's launch), the first on 1-D arrays too (the
+# general path's and the simulator's signature: same body)
+@pytest.mark.parametrize("name,kind,dt,ddt,pointers",
+                         [(*c, True) for c in VECTOR_CASES] + [(*VECTOR_CASES[0], False)],
+                         ids=lambda v: str(v))
+def test_vector_form_ptx_loads_and_stores_16_bytes(nc, name, kind, dt, ddt, pointers):
+    ptx = nc.compile_ptx(name, kind, dt, vector=True, pointers=pointers, data_dtype=ddt)
+    ops = H.ptx_instructions(ptx)
+    n_in = 2 if kind.startswith("bwd") else 1
+    vld, vst = VECTOR_OPS[ddt]
+    loads = [o for o in ops if o.startswith("ld.global")]
+    stores = [o for o in ops if o.startswith("st.global")]
+    # the loop's accesses are all vector ones (NVVM may unroll it: k copies); the only
+    # scalar accesses are the tail's, one per input and one store
+    assert sum(o == vld for o in loads) >= n_in and sum(o == vst for o in stores) >= 1, (loads, stores)
+    assert sum(o == vld for o in loads) == n_in * sum(o == vst for o in stores)
+    assert len(loads) - sum(o == vld for o in loads) == n_in, loads
+    assert len(stores) - sum(o == vst for o in stores) == 1, stores
+    _check_hygiene(ptx, name, kind, dt, (False,) * len(REGISTRY[name].params))
+    _ptxas_check(ptx, (9, 0))
+
+
+def test_vector_form_stores_float16_rounded_to_nearest(nc):
+    ptx = nc.compile_ptx("iglu", "fwd", "float32", vector=True, pointers=True, data_dtype="float16")
+    ops = H.ptx_instructions(ptx)
+    cvt = [o for o in ops if o.startswith("cvt") and "f16.f32" in o]
+    # eight lanes per (possibly unrolled) step and the tail's one, all round-to-nearest
+    assert len(cvt) >= 9 and len(cvt) % 8 == 1 and all(o == "cvt.rn.f16.f32" for o in cvt), cvt
+
+
+def test_vector_source_shape():
+    from iglu_np.backends import numba_cuda as nc
+
+    spec = REGISTRY["iglu"]
+    _, src = nc._source_vec(spec, "bwd", 4, 16, mlir=False)
+    assert src.count("_vload(") == 2 and src.count("_vstore(") == 1 and "nv = n // 4" in src
+    assert "if t < n:" in src and "out[t] = _COMPUTE(g[t]) * _fn(_COMPUTE(x[t]), p0)" in src
+    # numba-cuda-mlir: its aligned vector load/store, elements as attributes, no tuples
+    _, src = nc._source_vec(spec, "fwd", 4, 8, mlir=True)
+    assert "cuda.vector.load(x, j * 4, 4, 8)" in src and "_xv.w" in src
+    assert "cuda.vector.store(out, j * 4, _OUTVEC(y0, y1, y2, y3), 8)" in src
+    assert "(" + "y0, y1" not in src.replace("_OUTVEC(y0, y1", "")
+
+
+def test_vector_form_takes_only_elementwise_1d_scalar_parameter_kernels():
+    pytest.importorskip("numba_cuda")
+    from iglu_np.backends import numba_cuda as nc
+
+    for args in (("sum_sigma", (False,), 1), ("fwd", (True,), 1), ("fwd", (False,), 2)):
+        with pytest.raises(ValueError, match="vector form"):
+            nc.kernel_python("iglu", args[0], "float32", args[1], args[2], vector="float32")
+
+
+_VECTOR_SIM_CHILD = r"""
+import warnings
+import numpy as np
+warnings.simplefilter("ignore")
+np.seterr(all="ignore")
+from numba import cuda
+import iglu_np
+from iglu_np.backends import numba_cuda as nc
+
+def sbits(a):
+    a = np.asarray(a)
+    return a.view("u%d" % a.dtype.itemsize)
+
+def misaligned(h):
+    # the same values one element into a buffer: not 16-byte aligned, the general form
+    buf = cuda.to_device(np.concatenate([h[:1], h]))
+    return buf[1:]
+
+checked = 0
+for name, ps in (("iglu", {"sigma": 1.5}), ("gelu_tanh", {}), ("relu", {}), ("xielu", {})):
+    act = iglu_np.get(name)
+    for dt in (np.float32, np.float64, np.float16):
+        for n in (1, 3, 7, 8, 9, 33, 101):
+            rng = np.random.default_rng(n)
+            h = (rng.standard_normal(n) * 4).astype(dt)
+            gh = rng.standard_normal(n).astype(dt)
+            dx, dg = cuda.to_device(h), cuda.to_device(gh)
+            for kind, fn, args, margs in (
+                ("fwd", act, (dx,), (misaligned(h),)),
+                ("dx", act.dx, (dx,), (misaligned(h),)),
+                ("bwd", act.backward, (dx, dg), (dx, misaligned(gh))),
+            ):
+                got = fn(*args, **ps).copy_to_host()
+                ref = fn(*margs, **ps).copy_to_host()
+                want = fn(*(a.copy_to_host() for a in args), **ps)
+                assert got.dtype == want.dtype == ref.dtype, (name, kind, dt)
+                assert np.array_equal(sbits(got), sbits(ref)), (name, kind, dt, n, got, ref)
+                if name == "relu":  # no rounding anywhere: the CPU's bits
+                    assert np.array_equal(sbits(got), sbits(want)), (name, kind, dt, n)
+                else:
+                    assert np.allclose(got, want, rtol=2e-3 if dt == np.float16 else 1e-5, atol=0), (name, kind, dt, n)
+                checked += 1
+            ran = {k[1] for k in nc._plans if k[0] == name and k[2][0] == np.dtype(dt)}
+            assert ran >= {"fwd", "dx", "bwd"}, ran  # the thin path ran
+            # out=: aligned, exactly x (in place), and misaligned
+            o = cuda.device_array(n, dt)
+            assert act(dx, out=o, **ps) is o
+            assert np.array_equal(sbits(o.copy_to_host()), sbits(act(misaligned(h), **ps).copy_to_host()))
+            m = misaligned(np.zeros(n, dt))
+            act(dx, out=m, **ps)
+            assert np.array_equal(sbits(m.copy_to_host()), sbits(o.copy_to_host()))
+            d2 = cuda.to_device(h)
+            act(d2, out=d2, **ps)
+            assert np.array_equal(sbits(d2.copy_to_host()), sbits(o.copy_to_host()))
+# a 0-d parameter array: the general path, which takes the vector form too
+d = cuda.to_device(np.linspace(-3, 3, 37).astype(np.float32))
+a = iglu_np.iglu(d, sigma=np.array(1.5)).copy_to_host()
+b = iglu_np.iglu(d, sigma=1.5).copy_to_host()
+assert np.array_equal(a, b)
+assert ("jit", "iglu", "fwd", "float32", (False,), 1, None, np.dtype(np.float32)) in nc._state
+# bad parameters keep their errors, each time, and leave no plan
+for _ in range(2):
+    try:
+        iglu_np.iglu(d, sigma=-1.0)
+    except ValueError as e:
+        assert "sigma" in str(e)
+    else:
+        raise AssertionError("sigma=-1 accepted")
+assert not any(k[5] == (("sigma", -1.0),) for k in nc._plans)
+print("ok", checked)
+"""
+
+
+def test_vector_and_thin_paths_give_the_general_forms_bits_in_the_simulator():
+    """Aligned contiguous calls (the thin path's vector kernel) against the same values
+    one element into a buffer (not aligned: the general scalar form), bit for bit:
+    sizes below, at and past one vector, tails of every length, float16/32/64, fwd, dx
+    and bwd (a misaligned grad_out alone), out= aligned, misaligned and in place; relu
+    bit for bit with the CPU, the rest close (the simulator computes with libm)."""
+    pytest.importorskip("numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", _VECTOR_SIM_CHILD], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-2000:] + r.stderr[-3000:]
+    assert int(r.stdout.split()[1]) == 4 * 3 * 7 * 3
+
+
+# --------------------------------------------------------------------------- thin per-call path
+class _CAI:
+    """A device array as its CUDA array interface (never dereferenced here)."""
+
+    def __init__(self, n, dtype=np.float32, address=1 << 20, strides=None, shape=None):
+        self.__cuda_array_interface__ = {"shape": shape or (n,), "typestr": np.dtype(dtype).str,
+                                         "strides": strides, "data": (address, False), "version": 3,
+                                         "stream": None}
+
+
+class _Recorder:
+    def __init__(self):
+        self.configs, self.launches = [], []
+
+    def __getitem__(self, config):
+        self.configs.append(config)
+        return lambda *args: self.launches.append(args)
+
+
+@pytest.fixture
+def thin(monkeypatch):
+    """The thin path with what needs a GPU replaced: the pointer kernel records its
+    launches, new outputs come from a fake allocator at a fixed aligned address; no
+    toolchain is needed."""
+    from iglu_np.backends import numba_cuda as nc
+
+    monkeypatch.setattr(nc, "_cuda", lambda: None)
+    monkeypatch.setattr(nc, "simulator", lambda: False)
+    monkeypatch.setattr(nc, "_mlir", lambda: False)
+    monkeypatch.setattr(nc, "_plans", {})
+    monkeypatch.setitem(nc._state, "sms", 132)
+    rec, kernels = _Recorder(), []
+
+    def kernel(name, kind, cdt, ddt):
+        kernels.append((name, kind, np.dtype(cdt).name, np.dtype(ddt).name))
+        return rec
+
+    monkeypatch.setattr(nc, "_pointer_kernel", kernel)
+    monkeypatch.setattr(nc, "_launch_stream", lambda cuda, s: ("stream", s))
+    monkeypatch.setattr(nc, "_allocator", lambda cuda, t, odt: (lambda shape, x, s: (_CAI(shape[0], odt, 1 << 28), 1 << 28)))
+    return nc, rec, kernels
+
+
+def test_thin_path_launches_pointers_with_validated_parameters(thin):
+    nc, rec, kernels = thin
+    x, y = _CAI(1027), _CAI(1027, address=1 << 24)
+    p = iglu_np._params.of("iglu")
+    assert nc._thin(p, "fwd", (x,), {"sigma": 1.5}, y) is y
+    n, xp, sigma, op = rec.launches[-1]
+    assert (n, xp, op) == (1027, 1 << 20, 1 << 24)
+    assert type(sigma) is np.float32 and sigma == np.float32(1.5)
+    # 257 vectors of 4 (the last one short): one thread each at least, never below 128 blocks
+    assert rec.configs[-1] == (128, nc.THREADS, ("stream", None))
+    # the same call again: the plan, the kernel and the launch configuration are reused
+    nc._thin(p, "fwd", (x,), {"sigma": 1.5}, y)
+    assert len(kernels) == 1 and len(rec.configs) == 1 and len(rec.launches) == 2
+    # a new output from the input library's allocator; the backward on two pointers
+    r = nc._thin(p, "bwd", (x, _CAI(1027, address=1 << 22)), {}, None)
+    assert r.__cuda_array_interface__["data"][0] == 1 << 28
+    assert rec.launches[-1][:3] == (1027, 1 << 20, 1 << 22) and rec.launches[-1][-1] == 1 << 28
+    assert kernels[-1] == ("iglu", "bwd", "float32", "float32")
+
+
+@pytest.mark.parametrize("case", ["misaligned x", "misaligned out", "strided x", "mixed dtypes",
+                                  "array parameter", "out overlapping x", "out of another dtype",
+                                  "shapes differ", "bfloat16", "empty", "sum kind"])
+def test_thin_path_leaves_other_calls_to_the_general_path(thin, case):
+    nc, rec, kernels = thin
+    p = iglu_np._params.of("iglu")
+    x, g, y = _CAI(64), _CAI(64, address=1 << 22), _CAI(64, address=1 << 24)
+    data, params, out, kind = (x,), {}, y, "fwd"
+    if case == "misaligned x":
+        data = (_CAI(64, address=(1 << 20) + 4),)
+    elif case == "misaligned out":
+        out = _CAI(64, address=(1 << 24) + 8)
+    elif case == "strided x":
+        data = (_CAI(32, strides=(8,)),)
+        out = _CAI(32, address=1 << 24)
+    elif case == "mixed dtypes":
+        data, kind = (x, _CAI(64, np.float16, 1 << 22)), "bwd"
+    elif case == "array parameter":
+        params = {"sigma": np.full(64, 1.5, np.float32)}
+    elif case == "out overlapping x":
+        out = _CAI(64, address=(1 << 20) + 64)
+    elif case == "out of another dtype":
+        out = _CAI(64, np.float64, 1 << 24)
+    elif case == "shapes differ":
+        data, kind = (x, _CAI(32, address=1 << 22)), "bwd"
+    elif case == "bfloat16":
+        data = (_CAI(64, np.dtype("V2")),)
+    elif case == "empty":
+        data, out = (_CAI(0),), _CAI(0, address=1 << 24)
+    elif case == "sum kind":
+        data, kind = (x, g), "sum_sigma"
+    assert nc._thin(p, kind, data, params, out) is None
+    assert not rec.launches
+
+
+def test_thin_path_runs_in_place_on_x_itself(thin):
+    nc, rec, _ = thin
+    x = _CAI(64)
+    assert nc._thin(iglu_np._params.of("iglu"), "fwd", (x,), {}, x) is x
+    assert rec.launches[-1] == (64, 1 << 20, np.float32(1.0), 1 << 20)
+
+
+def test_thin_path_keeps_the_parameter_errors_and_caches_no_plan(thin):
+    nc, rec, _ = thin
+    p = iglu_np._params.of("iglu")
+    for _ in range(2):
+        with pytest.raises(ValueError, match="sigma"):
+            nc._thin(p, "fwd", (_CAI(64),), {"sigma": -1.0}, None)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        nc._thin(p, "fwd", (_CAI(64),), {"sigmaa": 1.0}, None)
+    assert not nc._plans and not rec.launches
+
+
+def test_host_overhead_tool_runs_the_thin_path():
+    r = subprocess.run([sys.executable, str(HERE.parent / "tools" / "numba_cuda_host_overhead.py"),
+                        "--calls", "200"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(HERE.parent)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("us per call") == 6

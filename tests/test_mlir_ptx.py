@@ -39,3 +39,26 @@ def test_mlir_compiles_every_kernel_offline():
     from iglu_np._spec import REGISTRY
 
     _check(sorted(REGISTRY), ["fwd", "dx", "bwd"])
+
+
+VEC = re.compile(r"^VEC (\w+) (\w+) (float16|float32|float64): vld=(\d+) vst=(\d+) ld=(\d+) local=(True|False) ")
+
+
+def test_mlir_compiles_the_vector_form_offline():
+    """The thin path's kernels (vector form on raw pointers) under numba-cuda-mlir: 16-byte
+    loads and stores for float32 and float64 (one per input and step; the tail's scalar
+    ones once), no local memory. float16 compiles (mlir's vectors hold four halves; its
+    PTX loads them as two 32-bit words)."""
+    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir not installed; pip install -e .[gpu-verify]")
+    env = dict(os.environ, IGLU_NP_CUDA_TOOLCHAIN="numba-cuda-mlir")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "mlir_ptx_check.py"), "iglu,gelu_tanh", "fwd,bwd",
+                        "vector"], env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [m.groups() for m in map(VEC.match, r.stdout.splitlines()) if m]
+    assert len(rows) == 2 * 2 * 3, r.stdout
+    for name, kind, dt, vld, vst, ld, local in rows:
+        assert local == "False", (name, kind, dt)
+        if dt != "float16":
+            n_in = 2 if kind == "bwd" else 1
+            assert int(vst) >= 1 and int(vld) == n_in * int(vst) and int(ld) == n_in, (name, kind, dt, vld, vst, ld)

@@ -4,8 +4,9 @@
    ``numba_cuda._needs_cupy`` switched off here) on C-contiguous, strided and broadcast
    operands of 1 to 3 dimensions, against the CPU: on an H200 (numba-cuda-mlir 0.6) a
    per-channel sigma over a strided 3-d x gave wrong values; which layouts do?
-2. Where a small Numba CUDA call spends its time (cProfile of 200 calls on 1,024 elements):
-   257 us per call against ~80 us for a plain numba kernel launch and 6 us for cupy.negative.
+2. Where a small Numba CUDA call spends its time: wall time per call against a plain
+   numba kernel launch on the same CuPy arrays, then a cProfile of 200 calls on 1,024
+   elements.
 3. The same for the CuPy backend (37 us per call on an H100 against cupy.negative's 7): the
    public call against its parts, and its profile.
 
@@ -54,10 +55,30 @@ def overhead():
     import cupy
 
     import iglu_np
+    from iglu_np.backends import numba_cuda as nc
 
     x = cupy.ones(1024, np.float32)
     y = cupy.empty_like(x)
     iglu_np.iglu(x, out=y, backend="numba_cuda")
+    # against a plain kernel launch by the same toolchain on the same arrays (target:
+    # the backend's call within 1.2x of it)
+    cuda = nc._cuda()
+
+    def plain(a, b):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            b[i] = a[i]
+
+    plain_k = cuda.jit(plain)
+    blocks = nc._launch_dims(cuda, x.size)[0]
+    rows = {
+        "plain numba kernel[...](x, y)": lambda: plain_k[blocks, nc.THREADS](x, y),
+        "iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(x, out=y, backend="numba_cuda"),
+        "iglu(x, backend='numba_cuda')": lambda: iglu_np.iglu(x, backend="numba_cuda"),
+        "iglu(x[1:], backend='numba_cuda') (general)": lambda: iglu_np.iglu(x[1:], backend="numba_cuda"),
+    }
+    for label, fn in rows.items():
+        print(f"  {label:44s} {_wall_us(cupy, fn, calls=500):8.2f} us per call")
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(200):
@@ -125,7 +146,7 @@ def cupy_overhead():
 def main():
     for title, fn in (("numba-cuda-mlir layouts (direct, no CuPy hand-off):", layouts),
                       ("a small CuPy-backend call (1,024 float32), wall time, best of 3:", cupy_overhead),
-                      ("a small Numba CUDA call, 200 calls, by own time:", overhead)):
+                      ("a small Numba CUDA call (1,024 float32): wall time, then 200 calls by own time:", overhead)):
         print(title)
         try:
             fn()

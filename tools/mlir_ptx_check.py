@@ -2,6 +2,7 @@
 
     pip install -e ".[cuda13]"   # or numba-cuda-mlir[cu13] beside iglu_np, in its own venv
     python tools/mlir_ptx_check.py [names,...] [kinds,...]     # default: all; fwd,dx,bwd
+    python tools/mlir_ptx_check.py names kinds vector          # the vector form on pointers
 
 numba-cuda-mlir is the default Numba CUDA toolchain where it is installed, but the test
 suite's PTX and simulator checks use numba-cuda (CI installs no mlir). This is how to see
@@ -13,6 +14,10 @@ One line per kernel and dtype: compile seconds, whether the PTX uses local memor
 subnormals (``.ftz``) or approximate math (libdevice's, a known gap under mlir: see the
 README's GPU section), and its counts of fma, float64 and division instructions. Exits 1
 if any kernel fails to compile.
+
+With ``vector``: the vector form as the thin per-call path launches it (raw pointers,
+float32, float64 and float16 data), one ``VEC`` line per kernel with its counts of vector
+and scalar global loads and stores.
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ def main(argv=None) -> int:
     cu = nc._cuda()
     names = argv[0].split(",") if argv else sorted(REGISTRY)
     kinds = argv[1].split(",") if len(argv) > 1 else ["fwd", "dx", "bwd"]
+    if len(argv) > 2 and argv[2] == "vector":
+        return _vector(nc, names, kinds)
     failed = 0
     for name in names:
         spec = REGISTRY[name]
@@ -65,6 +72,32 @@ def main(argv=None) -> int:
                 print(f"{name:12s} {kind:6s} {dt}: {time.perf_counter() - t:5.1f} s  "
                       f"local={'.local' in ptx} ftz={'.ftz' in ptx} approx={'approx' in ptx} "
                       f"fma={fma} f64={f64} div={div}")
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+def _vector(nc, names, kinds) -> int:
+    import collections
+
+    failed = 0
+    for name in names:
+        for kind in kinds:
+            for cdt, ddt in (("float32", "float32"), ("float64", "float64"), ("float32", "float16")):
+                try:
+                    k = nc._pointer_kernel(name, kind, cdt, ddt)
+                    ptx = k.inspect_asm(nc.pointer_signature(name, kind, cdt, ddt))
+                except Exception as e:  # report every kernel, then fail
+                    failed += 1
+                    print(f"FAIL {name} {kind} {ddt}: {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                ops = collections.Counter(
+                    ln.split()[0] for ln in (s.strip() for s in ptx.splitlines())
+                    if ln.startswith(("ld.global", "st.global")))
+                vld = sum(v for op, v in ops.items() if op.startswith("ld.global.v"))
+                vst = sum(v for op, v in ops.items() if op.startswith("st.global.v"))
+                print(f"VEC {name} {kind} {ddt}: vld={vld} vst={vst} "
+                      f"ld={sum(ops.values()) - vld - vst - sum(v for op, v in ops.items() if op.startswith('st.global') and not op.startswith('st.global.v'))} "
+                      f"local={'.local' in ptx} ops={dict(ops)}")
     print(f"{failed} failed")
     return 1 if failed else 0
 

@@ -16,6 +16,19 @@ are arrays, number of dimensions):
   in *every* operand are merged: the usual case (same-shape contiguous arrays, scalar
   parameters) runs as a 1-D C-contiguous kernel; strided inputs keep their strides (no
   copies) and index through the few dimensions left;
+* the vector form: where the collapsed kernel is 1-D, every operand C-contiguous, of one
+  dtype and 16-byte aligned, and the parameters scalars (the usual case), each thread
+  loads 16 bytes of each operand per step (4 float32, 2 float64, 8 float16; 4 float16
+  under numba-cuda-mlir) with one vector load, computes them, stores them with one
+  vector store and strides over the grid; the ``n % lanes`` last elements go to one
+  thread each. Other launches (strided, broadcast, views that start mid-vector) take the
+  general form;
+* a thin per-call path for that usual case (:func:`_thin`): a plan cached per
+  (activation, kind, dtypes, array type, parameter values) holds the validated
+  parameters and the vector kernel compiled for raw pointers (one signature: no type
+  resolution per call), launch configurations are cached, a new output comes from the
+  input library's own pool (CuPy's, torch's; Numba's ``device_array`` otherwise), and
+  the launch passes integers, not wrapped arrays;
 * the launch goes to the input's stream (the ``__cuda_array_interface__`` stream of a
   CuPy array or torch tensor, the bound stream of a Numba array, else the default);
 * float16 data is loaded as float16, computed in float32 and stored as float16;
@@ -94,9 +107,12 @@ def simulator() -> bool:
     CPU; numba-cuda-mlir has no simulator)."""
     if _mlir():
         return False
-    from numba.cuda.core import config
+    sim = _state.get("cudasim")
+    if sim is None:  # fixed for the process (numba reads the variable at import)
+        from numba.cuda.core import config
 
-    return bool(config.ENABLE_CUDASIM)
+        sim = _state["cudasim"] = bool(config.ENABLE_CUDASIM)
+    return sim
 
 
 def status():
@@ -376,6 +392,165 @@ def _prep_lines(fn, hs, pn):
             *(f"{h} = _prepared[{j}]" for j, h in enumerate(hs))]
 
 
+# --------------------------------------------------------------------------- vector form
+VECTOR_BYTES = 16  # one 128-bit load or store per operand and step
+
+
+def lanes(data_dtype) -> int:
+    """Elements per vector load and store of the vector form for data of ``data_dtype``:
+    16 bytes (4 float32, 2 float64, 8 float16), except float16 under numba-cuda-mlir,
+    whose vector types hold at most four elements (8 bytes)."""
+    size = np.dtype(data_dtype).itemsize
+    if size == 2 and _mlir():
+        return 4
+    return VECTOR_BYTES // size
+
+
+def _source_vec(spec, kind, nlanes, align, mlir):
+    """Python source of the vector form of an elementwise kernel (1-D, C-contiguous data
+    and output of one dtype whose pointers are 16-byte aligned, scalar parameters): each
+    thread loads ``nlanes`` adjacent elements of every operand with one vector load,
+    computes them, stores them with one vector store, and strides over the grid; the last
+    ``n % nlanes`` elements go to one thread each. ``x``, ``g`` and ``out`` are 1-D
+    arrays or raw pointers (:func:`pointer_signature`)."""
+    params = spec.param_names
+    kd = Kind.parse(kind)
+    two = kd.times_grad
+    data = ["x", "g"] if two else ["x"]
+    pn = [f"p{k}" for k in range(len(params))]
+    hs = _prep_names(spec, kd.scalar, (False,) * len(params))
+    rest = "".join(", " + a for a in [*pn, *hs])
+
+    def val(xe, ge):
+        call = f"_fn(_COMPUTE({xe}){rest})"
+        return f"_COMPUTE({ge}) * {call}" if two else call
+
+    L = nlanes
+    if mlir:
+        # numba-cuda-mlir's aligned vector load and store (llvm.load/store of a vector);
+        # its vectors give their elements as attributes
+        loads = [f"    _{d}v = cuda.vector.load({d}, j * {L}, {L}, {align})" for d in data]
+        elems = [f"_{{}}v.{'xyzw'[k]}" for k in range(L)]
+        store = f"    cuda.vector.store(out, j * {L}, _OUTVEC({', '.join(f'y{k}' for k in range(L))}), {align})"
+    else:
+        loads = [f"    _{d}v = _vload({d}, j)" for d in data]
+        elems = [f"_{{}}v[{k}]" for k in range(L)]
+        store = f"    _vstore(out, j, ({', '.join(f'y{k}' for k in range(L))}))"
+    ys = [f"    y{k} = {val(e.format('x'), e.format('g'))}" for k, e in enumerate(elems)]
+    body = [f"nv = n // {L}", "j = i", "while j < nv:", *loads, *ys, store, "    j += st",
+            f"t = nv * {L} + i", "if t < n:", f"    out[t] = {val('x[t]', 'g[t]')}"]
+    fname = f"iglu_np_{spec.name}_{kd.compact}_v{L}"
+    lines = [f"def {fname}({', '.join(['n', *data, *pn, 'out'])}):", "    i = cuda.grid(1)",
+             "    st = cuda.gridsize(1)"]
+    lines += ["    " + b for b in _prep_lines("_prep", hs, pn) + body]
+    return fname, "\n".join(lines) + "\n"
+
+
+def _sim_vload(a, j):
+    """The simulator's vector load: the elements as a tuple."""
+    w = VECTOR_BYTES // np.dtype(a.dtype).itemsize
+    return tuple(a[j * w + k] for k in range(w))
+
+
+def _sim_vstore(a, j, vals):
+    w = len(vals)
+    for k in range(w):
+        a[j * w + k] = vals[k]
+
+
+def _vector_intrinsics():
+    """(vload, vstore) for numba-cuda: ``vload(a, j)`` reads elements ``[w*j, w*j + w)`` of
+    a 1-D C-contiguous array or a pointer as one 16-byte-aligned vector load (a tuple of
+    ``w = 16 // itemsize`` elements); ``vstore(a, j, values)`` casts the values to the
+    element type and writes them with one vector store. The host guarantees the alignment
+    and the extent. Numba's own element access cannot give this: it knows only the
+    element's alignment, and wraps a negative index around, per element."""
+    got = _state.get("vector_intrinsics")
+    if got is not None:
+        return got
+    if simulator():
+        got = _state["vector_intrinsics"] = (_sim_vload, _sim_vstore)
+        return got
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    def operand(ty):
+        if isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C":
+            return ty.dtype
+        if isinstance(ty, types.CPointer):
+            return ty.dtype
+        return None
+
+    def vector_pointer(context, builder, ty, val, j, jty):
+        """(pointer to the j-th 16-byte vector, its memory type, the element vector
+        type, lanes). Elements narrower than 32 bits move as 32-bit words: NVVM splits
+        a vector of eight halves into two 8-byte accesses."""
+        dt = operand(ty)
+        w = VECTOR_BYTES // (dt.bitwidth // 8)
+        vt = ir.VectorType(context.get_data_type(dt), w)
+        mt = vt if dt.bitwidth >= 32 else ir.VectorType(ir.IntType(32), VECTOR_BYTES // 4)
+        data = val if isinstance(ty, types.CPointer) else context.make_array(ty)(context, builder, val).data
+        idx = context.cast(builder, j, jty, types.intp)
+        return builder.gep(builder.bitcast(data, mt.as_pointer()), [idx], inbounds=True), mt, vt, w
+
+    @intrinsic
+    def vload(typingctx, a, j):
+        dt = operand(a)
+        if dt is None or not isinstance(dt, types.Float) or not isinstance(j, types.Integer):
+            return None
+        w = VECTOR_BYTES // (dt.bitwidth // 8)
+
+        def codegen(context, builder, sig, args):
+            ptr, mt, vt, w = vector_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            v = builder.load(ptr, align=VECTOR_BYTES)
+            i32 = ir.IntType(32)
+            if mt is vt:
+                vals = [builder.extract_element(v, ir.Constant(i32, k)) for k in range(w)]
+            else:  # two halves per 32-bit word, the first in the low bits (little-endian)
+                i16, et = ir.IntType(16), vt.element
+                vals = []
+                for k in range(w // 2):
+                    word = builder.extract_element(v, ir.Constant(i32, k))
+                    vals.append(builder.bitcast(builder.trunc(word, i16), et))
+                    vals.append(builder.bitcast(builder.trunc(builder.lshr(word, ir.Constant(i32, 16)), i16), et))
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return types.UniTuple(dt, w)(a, j), codegen
+
+    @intrinsic
+    def vstore(typingctx, a, j, vals):
+        dt = operand(a)
+        if dt is None or not isinstance(dt, types.Float) or not isinstance(j, types.Integer):
+            return None
+        if not isinstance(vals, types.BaseTuple) or len(vals) != VECTOR_BYTES // (dt.bitwidth // 8):
+            return None
+
+        def codegen(context, builder, sig, args):
+            aty, jty, vty = sig.args
+            ptr, mt, vt, w = vector_pointer(context, builder, aty, args[0], args[1], jty)
+            i32 = ir.IntType(32)
+            es = [context.cast(builder, builder.extract_value(args[2], k), vty[k], dt) for k in range(w)]
+            v = ir.Constant(mt, ir.Undefined)
+            if mt is vt:
+                for k in range(w):
+                    v = builder.insert_element(v, es[k], ir.Constant(i32, k))
+            else:
+                i16 = ir.IntType(16)
+                for k in range(w // 2):
+                    lo = builder.zext(builder.bitcast(es[2 * k], i16), i32)
+                    hi = builder.zext(builder.bitcast(es[2 * k + 1], i16), i32)
+                    word = builder.or_(lo, builder.shl(hi, ir.Constant(i32, 16)))
+                    v = builder.insert_element(v, word, ir.Constant(i32, k))
+            builder.store(v, ptr, align=VECTOR_BYTES)
+            return context.get_dummy_value()
+
+        return types.void(a, j, vals), codegen
+
+    got = _state["vector_intrinsics"] = (vload, vstore)
+    return got
+
+
 def _bind(g, spec, which, arrays, fn_name, prep_name):
     """Bind ``fn_name`` to kernel ``which``'s device function (the prepared form and
     ``prep_name`` its parameter-only part where :func:`_prep_names` gives names)."""
@@ -517,13 +692,14 @@ def _which(kind):
     return Kind.parse(kind).scalar
 
 
-def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
+def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None, vector=None):
     """The plain-Python kernel (globals bound to device functions), before ``cuda.jit``.
 
     ``kind``: fwd, dx, bwd, d_<p>, bwd_<p>, or sum_<p> (the fused backward_params
     reduction). ``arrays``: per parameter, whether it is passed as an array (default: all
     scalars). ``scalar_sum`` (sum_ kinds): reduce into one value (default: when the
-    parameter is a scalar).
+    parameter is a scalar). ``vector``: the data dtype of the vector form (elementwise
+    kinds, 1-D, scalar parameters; see :func:`_source_vec`), else the general form.
     """
     spec = REGISTRY[name]
     if kind not in _kinds(spec):
@@ -538,19 +714,32 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
         scalar_sum = (not arrays[k]) if scalar_sum is None else bool(scalar_sum)
     else:
         scalar_sum = False
-    key = ("py", name, kind, compute.name, arrays, ndim, scalar_sum)
+    if vector is not None:
+        vector = np.dtype(vector)
+        if kd.op == "sum" or any(arrays) or ndim != 1:
+            raise ValueError(f"{name}.{kind}: the vector form is for elementwise kinds, 1-D data "
+                             "and scalar parameters")
+    key = ("py", name, kind, compute.name, arrays, ndim, scalar_sum, vector)
     fn = _state.get(key)
     if fn is not None:
         return fn
     with _lock:
         cuda = _cuda()
-        fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
         g = {
             "cuda": cuda,
             "_COMPUTE": compute.type,
             "_ACC": np.float64,
             "_BLOCK": SIM_THREADS if simulator() else THREADS,
         }
+        if vector is None:
+            fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
+        else:
+            w = lanes(vector)
+            fname, src = _source_vec(spec, kind, w, w * vector.itemsize, _mlir() and not simulator())
+            if _mlir():
+                g["_OUTVEC"] = getattr(cuda, f"{vector.name}x{w}")
+            else:
+                g["_vload"], g["_vstore"] = _vector_intrinsics()
         _bind(g, spec, _which(kind), arrays, "_fn", "_prep")
         exec(compile(src, f"<iglu_np.backends.numba_cuda {fname}>", "exec"), g)
         fn = _state[key] = g[fname]
@@ -558,15 +747,52 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None):
         return fn
 
 
-def _kernel(name, kind, compute, arrays, ndim, scalar_sum=None):
-    key = ("jit", name, kind, np.dtype(compute).name, tuple(arrays), ndim, scalar_sum)
+def _kernel(name, kind, compute, arrays, ndim, scalar_sum=None, vector=None):
+    key = ("jit", name, kind, np.dtype(compute).name, tuple(arrays), ndim, scalar_sum, vector)
     k = _state.get(key)
     if k is None:
         with _lock:
             k = _state.get(key)
             if k is None:
-                py = kernel_python(name, kind, compute, arrays, ndim, scalar_sum)
+                py = kernel_python(name, kind, compute, arrays, ndim, scalar_sum, vector)
                 k = _state[key] = _cuda().jit(py)
+    return k
+
+
+def _types():
+    """The toolchain's type module (numba-cuda-mlir has its own type objects)."""
+    if _mlir():
+        return _cuda().types
+    from numba.core import types
+
+    return types
+
+
+def pointer_signature(name, kind, compute, data_dtype=None):
+    """Signature of the vector form on raw pointers: ``(n, x[, g], *params, out)`` with
+    ``n`` int64, data and output pointers of ``data_dtype`` (default: the compute dtype)
+    and compute-dtype scalar parameters, in the toolchain's own types."""
+    types = _types()
+    spec = REGISTRY[name]
+    ct = getattr(types, np.dtype(compute).name)
+    ptr = types.CPointer(getattr(types, np.dtype(data_dtype or compute).name))
+    data = [ptr, ptr] if Kind.parse(kind).times_grad else [ptr]
+    return types.void(types.int64, *data, *([ct] * len(spec.params)), ptr)
+
+
+def _pointer_kernel(name, kind, compute, data_dtype):
+    """The vector form compiled for :func:`pointer_signature` alone: a launch passes
+    integers for the arrays and the dispatcher has no types to resolve (one signature
+    makes it a specialised dispatcher in numba-cuda and numba-cuda-mlir)."""
+    key = ("ptr", name, kind, np.dtype(compute).name, np.dtype(data_dtype).name)
+    k = _state.get(key)
+    if k is None:
+        with _lock:
+            k = _state.get(key)
+            if k is None:
+                spec = REGISTRY[name]
+                py = kernel_python(name, kind, compute, (False,) * len(spec.params), 1, None, data_dtype)
+                k = _state[key] = _cuda().jit(pointer_signature(name, kind, compute, data_dtype))(py)
     return k
 
 
@@ -597,16 +823,25 @@ def signature(name, kind, dtype, arrays=None, ndim=1, data_dtype=None, scalar_su
     return types.void(*args)
 
 
-def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None):
+def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None, vector=False,
+                pointers=False):
     """PTX of a kernel for compute capability ``cc``; works without a GPU with numba-cuda
     (and its NVVM wheel, e.g. ``numba-cuda[cu13]``). Its signatures are Numba-core types,
-    which numba-cuda-mlir does not take (and 0.6 needs a GPU to compile anyway)."""
+    which numba-cuda-mlir does not take (and 0.6 needs a GPU to compile anyway).
+    ``vector``: the vector form (1-D C-contiguous arrays, or raw pointers with
+    ``pointers``: what a launch of :func:`_pointer_kernel` runs)."""
     if _mlir():
         raise RuntimeError("compile_ptx needs numba-cuda (IGLU_NP_CUDA_TOOLCHAIN=numba-cuda): "
                            "numba-cuda-mlir takes its own signature types and needs a GPU")
     cuda = _cuda()
-    py = kernel_python(name, kind, dtype, arrays, ndim)
-    sig = signature(name, kind, dtype, arrays, ndim, data_dtype)
+    if vector:
+        ddt = np.dtype(data_dtype or dtype)
+        py = kernel_python(name, kind, dtype, arrays, 1, None, ddt)
+        sig = (pointer_signature(name, kind, dtype, ddt) if pointers
+               else signature(name, kind, dtype, arrays, 1, ddt))
+    else:
+        py = kernel_python(name, kind, dtype, arrays, ndim)
+        sig = signature(name, kind, dtype, arrays, ndim, data_dtype)
     with offline_device(cc):
         ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
     return ptx
@@ -953,8 +1188,243 @@ def backward_params(act, data, params) -> dict:
                 for k, p in enumerate(act.param_names)}
 
 
+# --------------------------------------------------------------------------- thin per-call path
+# The common call (C-contiguous data of one float dtype, aligned, scalar parameters, out=
+# absent, or contiguous and of the same dtype) skips the general path's per-call work
+# (wrapping each operand as a Numba device array and again as a view, the dispatcher's
+# type resolution, a fresh external-stream object and launch configuration): a plan per
+# (activation, kind, dtypes, array type, parameter values) holds the validated
+# compute-dtype parameters and the vector kernel compiled for raw pointers, and a launch
+# passes integers. Everything else goes through the general path; invalid parameters
+# raise the general path's errors (the same validation, whose result alone is cached).
+_FLOATS = {np.dtype(t).str: np.dtype(t) for t in (np.float16, np.float32, np.float64)}
+_SCALARS = frozenset({float, int, np.float16, np.float32, np.float64, np.int32, np.int64})
+_plans: dict = {}
+PLAN_LIMIT = 1024  # distinct (activation, kind, dtypes, parameter values) kept
+
+
+class _Plan:
+    __slots__ = ("kernel", "pargs", "lanes", "alloc", "dims", "launches")
+
+    def __init__(self, kernel, pargs, nlanes, alloc):
+        self.kernel, self.pargs, self.lanes, self.alloc = kernel, pargs, nlanes, alloc
+        self.dims: dict = {}
+        self.launches: dict = {}
+
+
+def _c_contiguous(shape, strides, itemsize) -> bool:
+    if strides is None:  # the interface's way of saying C-contiguous
+        return True
+    want = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+def _flat(a):
+    """(address, shape, dtype, stream) of a C-contiguous float16/32/64 device array, else
+    None. ``stream``: a Numba array's stream object, or the interface's stream pointer
+    (None: the default stream)."""
+    if getattr(type(a), "__cuda_ndarray__", False):
+        dt = _FLOATS.get(np.dtype(a.dtype).str)
+        if dt is None or not a.is_c_contiguous():
+            return None
+        return _pointer(a), tuple(a.shape), dt, (a.stream or None)
+    try:
+        cai = a.__cuda_array_interface__
+    except Exception:  # not a device array: the general path names the problem
+        return None
+    dt = _FLOATS.get(cai.get("typestr"))
+    if dt is None or cai.get("mask") is not None:
+        return None
+    shape = tuple(cai["shape"])
+    if not _c_contiguous(shape, cai.get("strides"), dt.itemsize):
+        return None
+    return cai["data"][0], shape, dt, cai.get("stream")
+
+
+def _launch_stream(cuda, s):
+    """The Numba stream for ``s`` (see :func:`_flat`), one object per pointer, so that a
+    launch configuration can be reused."""
+    if simulator():
+        s = None
+    if s is None or isinstance(s, int):
+        key = ("stream", s)
+        obj = _state.get(key)
+        if obj is None:
+            obj = _state[key] = cuda.default_stream() if s is None else cuda.external_stream(s)
+        return obj
+    return s
+
+
+def _allocator(cuda, template, odt):
+    """``alloc(shape, template, stream) -> (array, kernel argument)`` for a new output of
+    the input's array type, from that library's own memory pool (CuPy's, torch's caching
+    allocator; Numba's device_array for Numba arrays and any other interface object,
+    which the general path returns as Numba arrays too)."""
+    mod = type(template).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+
+        def alloc(shape, x, stream):
+            y = cupy.empty(shape, odt)
+            return y, y.data.ptr
+    elif mod == "torch":
+        import torch
+
+        tdt = {2: torch.float16, 4: torch.float32, 8: torch.float64}[odt.itemsize]
+
+        def alloc(shape, x, stream):
+            y = torch.empty(shape, dtype=tdt, device=x.device)
+            return y, y.data_ptr()
+    else:
+        sim = simulator()
+
+        def alloc(shape, x, stream):
+            y = cuda.device_array(shape, dtype=odt, stream=stream)
+            return y, (y if sim else _pointer(y))
+    return alloc
+
+
+def _one_gpu(cuda) -> bool:
+    n = _state.get("gpus")
+    if n is None:
+        n = _state["gpus"] = len(cuda.gpus)
+    return n == 1
+
+
+def _make_plan(act, kind, dts, template, out_dt, params):
+    """The plan for :func:`_thin`, or None where the general path must run. Invalid
+    parameters raise here with the general path's errors (nothing is cached then)."""
+    kd = Kind.parse(kind)
+    if kd.op == "sum" or kind not in _kinds(act.spec):
+        return None
+    cuda = _cuda()
+    mod = type(template).__module__.split(".")[0]
+    if mod in ("cupy", "torch") and not simulator() and not _one_gpu(cuda):
+        return None  # the general path selects the input's device
+    cdt = None
+    for nm, dt in zip(_DATA_NAMES, dts):
+        c = _compute_dtype(act.name, nm, dt)
+        cdt = c if cdt is None else np.promote_types(cdt, c)
+    odt = np.dtype(np.float16) if (cdt == np.float32 and all(d.itemsize == 2 for d in dts)) else cdt
+    ddt = dts[0]
+    if any(d != ddt for d in dts) or (out_dt if out_dt is not None else odt) != ddt:
+        return None  # the vector form loads and stores one dtype
+    vals = _values(act, params)
+    if cdt == np.float32:
+        _f32_range_error(act, vals, "numba_cuda")
+    if any(np.ndim(v) != 0 for v in vals):
+        return None
+    kernel = _pointer_kernel(act.name, kind, cdt, ddt)
+    return _Plan(kernel, tuple(cdt.type(v) for v in vals), lanes(ddt), _allocator(cuda, template, odt))
+
+
+def _thin(act, kind, data, params, out):
+    """``run`` for the common call (see the comment above), or None."""
+    for v in params.values():
+        if type(v) not in _SCALARS:
+            return None
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            return None
+        out = out[0]
+    fx = _flat(data[0])
+    if fx is None:
+        return None
+    ptr, shape, ddt, s = fx
+    ptrs = [ptr]
+    if len(data) == 2:
+        fg = _flat(data[1])
+        if fg is None or fg[1] != shape:
+            return None
+        ptrs.append(fg[0])
+        dts = (ddt, fg[2])
+        if s is None:
+            s = fg[3]
+    else:
+        dts = (ddt,)
+    fo = None
+    if out is not None:
+        fo = _flat(out)
+        if fo is None or fo[1] != shape:
+            return None
+    n = math.prod(shape)
+    if not n:
+        return None
+    key = (act.name, kind, dts, type(data[0]), None if fo is None else fo[2], tuple(params.items()))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _make_plan(act, kind, dts, data[0], None if fo is None else fo[2], params)
+        if plan is None:
+            return None
+        if len(_plans) >= PLAN_LIMIT:
+            _plans.clear()
+        _plans[key] = plan
+    if fo is not None:
+        op = fo[0]
+        nbytes = n * ddt.itemsize
+        for p in ptrs:
+            if p != op and p < op + nbytes and op < p + nbytes:
+                return None  # out= overlapping an input other than exactly: buffered there
+        ptrs.append(op)
+    for p in ptrs:
+        if p % VECTOR_BYTES:
+            return None  # a view that starts mid-vector: the general form
+    cuda = _cuda()
+    sim = simulator()
+    stream = _launch_stream(cuda, s)
+    if out is None:
+        result, oarg = plan.alloc(shape, data[0], stream)
+        if not sim and oarg % VECTOR_BYTES:
+            return None  # (allocators align to far more than 16 bytes)
+    else:
+        result, oarg = out, op
+    if sim:  # the simulator's kernels index the arrays themselves
+        args, oarg = data, result
+    else:
+        args = ptrs[: len(data)]
+    blocks = plan.dims.get(n)
+    if blocks is None:
+        blocks = _launch_dims(cuda, -(-n // plan.lanes))[0]
+        if len(plan.dims) < 64:
+            plan.dims[n] = blocks
+    lk = (blocks, stream)
+    launch = plan.launches.get(lk)
+    if launch is None:
+        launch = plan.kernel[blocks, SIM_THREADS if sim else THREADS, stream]
+        if len(plan.launches) < 64:
+            plan.launches[lk] = launch
+    launch(n, *args, *plan.pargs, oarg)
+    return result
+
+
+def _pointer(dev) -> int:
+    """The address of a device array's first element (the simulator's host copy)."""
+    if simulator():
+        return dev._ary.ctypes.data
+    return dev.device_ctypes_pointer.value or 0
+
+
+def _vector_ok(ops, cshape, cstr, arrays) -> bool:
+    """Whether a launch can take the vector form: one collapsed dimension, scalar
+    parameters, every operand (data and output) of one dtype, contiguous and 16-byte
+    aligned (a view that starts mid-vector takes the general form)."""
+    if len(cshape) != 1 or any(arrays):
+        return False
+    dt = np.dtype(ops[0].dtype)
+    if any(np.dtype(d.dtype) != dt for d in ops):
+        return False
+    return all(s == (dt.itemsize,) and _pointer(d) % VECTOR_BYTES == 0 for d, s in zip(ops, cstr))
+
+
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on device arrays (see iglu_np.backends)."""
+    r = _thin(act, kind, data, params, out)
+    if r is not None:
+        return r
     name = act.name
     _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items(), ("out", out))
     cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
@@ -1001,8 +1471,13 @@ def run(act, kind, data, params, out):
             views = [_view(d, cshape, s) for d, s in zip(ops, cstr)]
             it = iter(views[len(devs):-1])
             pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
-            kern = _kernel(name, kind, cdt, arrays, len(cshape))
-            blocks, threads = _launch_dims(cuda, n)
+            if _vector_ok(ops, cshape, cstr, arrays):
+                ddt = np.dtype(odev.dtype)
+                kern = _kernel(name, kind, cdt, arrays, 1, None, ddt)
+                blocks, threads = _launch_dims(cuda, -(-n // lanes(ddt)))
+            else:
+                kern = _kernel(name, kind, cdt, arrays, len(cshape))
+                blocks, threads = _launch_dims(cuda, n)
             kern[blocks, threads, stream](n, *views[: len(devs)], *pv, views[-1])
         return result if result is not None else _like(data[0], odev)
 
