@@ -292,3 +292,22 @@ def test_cupy_fit_matches_the_cpu_fit(cls):
         assert np.mean(np.asarray(pred) == want) > 0.99
     else:
         np.testing.assert_allclose(cupy.asnumpy(pred), want, rtol=1e-3, atol=1e-3)
+
+
+def test_bench_trainer_epochs_runs_on_the_stand_in(device):
+    """The GPU bench's trainer row, its plumbing checked on the stand-in (the torch half
+    needs a GPU: it is left out here)."""
+    from iglu_np import bench_gpu
+
+    fake = sys.modules["cupy"]
+    gen = np.random.default_rng(0)
+    fake.random = types.SimpleNamespace(default_rng=lambda seed: types.SimpleNamespace(
+        standard_normal=lambda shape, dtype: _FakeArray(gen.standard_normal(shape).astype(dtype))))
+    fake.cuda = types.SimpleNamespace(Stream=types.SimpleNamespace(
+        null=types.SimpleNamespace(synchronize=lambda: None)))
+    r = bench_gpu.trainer_epochs(fake, None, n=512, features=8, hidden=(16,), classes=3, batch=128, epochs=2)
+    assert r["steps_per_epoch"] == 4 and r["iglu_np_epoch_s"] > 0 and "torch_epoch_s" not in r
+    assert r["summary"].startswith("Trainer: MLPClassifier 8-16-3 (gelu, Adam, batch 128, 512 samples, 4 steps)")
+    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": None, "jax": None,
+            "size": 1024, "rows": [], "trainer": r}
+    assert bench_gpu.markdown(data).endswith(r["summary"])
