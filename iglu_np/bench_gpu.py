@@ -203,7 +203,79 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
     if nc_ok:
         data["small"]["numba_iglu_us"] = wall_time(
             cupy, lambda: iglu_np.iglu(xs, out=os_, backend="numba_cuda"), calls=300) * 1e6
+    data["trainer"] = trainer_epochs(cupy, torch)
     return data
+
+
+def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), classes=10,
+                   batch=512, epochs=3, activation="gelu") -> dict:
+    """Seconds per epoch of :class:`iglu_np.nn.MLPClassifier` fitted on CuPy arrays (Adam,
+    no L2 term, no early stopping) and of the same model in torch on the same GPU
+    (``nn.Linear`` layers, ``nn.GELU()`` for gelu, Adam, cross-entropy, a device shuffle
+    each epoch, the loss read once per epoch), after one warm-up epoch each (compiles).
+    Wall time between device synchronisations, divided by ``epochs``."""
+    import warnings
+
+    from .nn import MLPClassifier
+
+    rng = cupy.random.default_rng(0)
+    X = rng.standard_normal((n, features), dtype=np.float32)
+    y = np.random.default_rng(0).integers(0, classes, n)
+    steps = -(-n // batch)
+    out = {"n": n, "features": features, "hidden": list(hidden), "classes": classes, "batch": batch,
+           "activation": activation, "steps_per_epoch": steps}
+
+    def fit(k):
+        clf = MLPClassifier(hidden, activation=activation, batch_size=batch, max_iter=k, alpha=0.0,
+                            n_iter_no_change=10**9, random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ConvergenceWarning: a fixed number of epochs
+            clf.fit(X, y)
+
+    fit(1)
+    cupy.cuda.Stream.null.synchronize()
+    t = time.perf_counter()
+    fit(epochs)
+    cupy.cuda.Stream.null.synchronize()
+    out["iglu_np_epoch_s"] = (time.perf_counter() - t) / epochs
+    summary = (f"Trainer: MLPClassifier {features}-{'-'.join(map(str, hidden))}-{classes} ({activation}, "
+               f"Adam, batch {batch}, {n:,} samples, {steps} steps) on CuPy: "
+               f"{out['iglu_np_epoch_s'] * 1e3:.1f} ms per epoch")
+    act = {"gelu": "GELU", "silu": "SiLU", "relu": "ReLU", "mish": "Mish"}.get(activation)
+    if torch is not None and act is not None:
+        nn = torch.nn
+        sizes = [features, *hidden]
+        layers = []
+        for a, b in zip(sizes, sizes[1:]):
+            layers += [nn.Linear(a, b), getattr(nn, act)()]
+        model = nn.Sequential(*layers, nn.Linear(sizes[-1], classes)).cuda()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        tx = torch.as_tensor(X, device="cuda")
+        ty = torch.as_tensor(y, device="cuda")
+
+        def torch_epochs(k):
+            for _ in range(k):
+                perm = torch.randperm(n, device="cuda")
+                total = torch.zeros((), device="cuda")
+                for s in range(0, n, batch):
+                    sel = perm[s:s + batch]
+                    loss = nn.functional.cross_entropy(model(tx[sel]), ty[sel])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.detach() * len(sel)
+                float(total)
+
+        torch_epochs(1)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        torch_epochs(epochs)
+        torch.cuda.synchronize()
+        out["torch_epoch_s"] = (time.perf_counter() - t) / epochs
+        summary += (f"; torch {torch.__version__} {out['torch_epoch_s'] * 1e3:.1f} ms "
+                    f"({out['iglu_np_epoch_s'] / out['torch_epoch_s']:.2f}x)")
+    out["summary"] = summary + "."
+    return out
 
 
 def markdown(data) -> str:
@@ -237,6 +309,8 @@ def markdown(data) -> str:
                   f"cupy.negative {s['cupy_negative_us']:.1f} us "
                   f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)"
                   + (f"; Numba CUDA backend iglu {s['numba_iglu_us']:.1f} us." if "numba_iglu_us" in s else ".")]
+    if data.get("trainer"):
+        lines += ["", data["trainer"]["summary"]]
     return "\n".join(lines)
 
 

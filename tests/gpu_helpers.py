@@ -171,18 +171,20 @@ def ptx_instructions(ptx: str, entry: str | None = None) -> list:
     depth, ops, began = 0, [], False
     for ln in lines[start:]:
         s = ln.strip()
-        if s.startswith("{"):
-            # a one-line inline-asm block ``{  cvt.f32.f16 %f1, %rs1;}`` opens and closes,
-            # also with a vector operand: ``{ mov.b32 %f2, {0,%rs1};}`` (bfloat16, sm_80)
-            depth += s.count("{") - s.count("}")
-            began = True
+        # braces on every line: a one-line inline-asm block ``{  cvt.f32.f16 %f1, %rs1;}``
+        # opens and closes, also with a vector operand (``{ mov.b32 %f2, {0,%rs1};}``,
+        # bfloat16 on sm_80); a multi-line one (``__half22float2``) closes on the line of
+        # its last instruction (``cvt.f32.f16 %f1, low;}``); vector operands balance
+        outer = depth
+        depth += s.count("{") - s.count("}")
+        if not began:
+            began = depth > 0
             continue
-        if s.startswith("}"):
-            depth -= 1
-            if began and depth == 0:
-                break
-            continue
-        if not began or not s or s.startswith((".", "$", "//", "(", ")")) or s.endswith(":"):
+        if depth == 0:
+            break
+        if outer != 1 or s.startswith(("{", "}")):
+            continue  # the entry's braces, or inside an inline-asm block
+        if not s or s.startswith((".", "$", "//", "(", ")")) or s.endswith(":"):
             continue
         m = _INSTR.match(s)
         if m:

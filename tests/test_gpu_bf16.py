@@ -12,12 +12,14 @@ are not part of the contract, as for float16).
   operands (scalar and array parameters), with an empty log, for sm_80 (the first arch
   whose hardware converts to bfloat16). Every entry: no local memory, no flush to zero, no
   FMA contraction, no approximate math, no float64 in the float32 kernels; every narrowing
-  is ``cvt.rn.bf16.f32``; vector kernels move 16-byte vectors. A sample of activations
+  is ``cvt.rn.bf16.f32``, or ``cvt.rn.bf16x2.f32`` (two lanes, each so rounded) in the
+  vector kernels' loops; vector kernels move 16-byte vectors. A sample of activations
   (and one sm_90 compile) by default, all with ``-m slow``;
 * the narrowing, host-compiled from cuda_bf16.h with g++ (its exact integer version,
   which devices below sm_80 run), equals ml_dtypes and a bit-level reference on every
   bfloat16 value's float32 neighbours and midpoints (ties both ways, subnormals, overflow
-  to inf), random patterns and NaN payloads; the widening is exact for all 65,536 values;
+  to inf), random patterns and NaN payloads, one value at a time and in pairs (the
+  first into the low half); the widening is exact for all 65,536 values, in pairs too;
 * the bfloat16 vector kernels, the fused backward and the ElementwiseKernel bodies,
   host-compiled with g++, equal the CPU's definition bit for bit, every kind;
 * dispatch without a GPU: the vector plan takes bfloat16, the Numba CUDA backend refuses it
@@ -47,7 +49,7 @@ NAMES = sorted(REGISTRY)
 # parameters, prepared parts, bulk kernels and float64-asking specs. All with -m slow.
 SAMPLE = ("iglu", "gelu", "silu", "xielu", "hardswish", "softplus", "prelu")
 NO_EXPLICIT_FMA = ("-DIGLU_NP_NO_EXPLICIT_FMA",)
-_NARROW = re.compile(r"cvt(?:\.\w+)*\.bf16\.f(?:32|64)")
+_NARROW = re.compile(r"cvt(?:\.\w+)*?\.bf16(?:x2)?\.f(?:32|64)")
 
 
 def _cases():
@@ -99,6 +101,7 @@ def _check_program(spec, cc):
     ptx, log = H.nvrtc_compile(src, cc)
     assert log == "", f"{spec.name} (bfloat16 program, sm_{cc[0]}{cc[1]}): NVRTC log not empty:\n{log}"
     plain, _ = H.nvrtc_compile(src, cc, options=NO_EXPLICIT_FMA)
+    vec_names = {v.name for v in vec}
     entries = [k.entry for k in ew] + [v.name for v in vec]
     assert ptx.count(".entry ") == len(entries), (spec.name, ptx.count(".entry "), len(entries))
     explicit_f64 = cxx.asks_float64(spec)
@@ -112,7 +115,9 @@ def _check_program(spec, cc):
         # to nearest even, for every bfloat16 result (never .rz, .relu, .satfinite); from
         # float32 only (float64 values round to float32 first, as on the CPU)
         narrows = set(_NARROW.findall(text))
-        assert narrows == {"cvt.rn.bf16.f32"}, f"{e}: bfloat16 narrowing {narrows}"
+        # the vector kernels narrow pairs in their loops, the tail's one element alone
+        pairs = {"cvt.rn.bf16x2.f32"} if e in vec_names else set()
+        assert narrows == {"cvt.rn.bf16.f32"} | pairs, f"{e}: bfloat16 narrowing {narrows}"
         if e.endswith("__f64_to_bf16"):
             assert "cvt.rn.f32.f64" in text, f"{e}: float64 to float32 first"
         elif not explicit_f64 and "_bwdall_" not in e:  # the fused backward sums in float64
@@ -146,7 +151,10 @@ def test_bf16_sources_name_their_types():
     assert v.name == "iglu_np_iglu_fwd_vec_bfloat16" and v.lanes == 8 and v.compute == "float"
     assert v.source.startswith("#include <cuda_bf16.h>\n")
     assert "typedef __nv_bfloat16 D;" in v.body
-    assert "__float2bfloat16_rn(iglu_np::iglu_fwd<float>(__bfloat162float(xv.v[k]), p_sigma))" in v.body
+    assert "typedef __nv_bfloat162 D2;" in v.body and "const float2 x2 = __bfloat1622float2(xv.v[k]);" in v.body
+    assert ("__floats2bfloat162_rn(iglu_np::iglu_fwd<float>(x2.x, p_sigma), iglu_np::iglu_fwd<float>(x2.y, p_sigma))"
+            in v.body)
+    assert "y[t] = __float2bfloat16_rn(iglu_np::iglu_fwd<float>(__bfloat162float(x[t]), p_sigma));" in v.body
     assert cxx.vector_kernel_source(spec, "fwd", "bfloat16").source == v.source
     assert cxx.data_dtype_name(BF16) == "bfloat16" and cxx.data_dtype_name(np.dtype("V2")) is None
     with pytest.raises(TypeError, match="bfloat16"):
@@ -157,6 +165,22 @@ def test_bf16_sources_name_their_types():
 _CONVERSIONS = H.CUPY_BF16 + r"""
 extern "C" void narrow_rn(const float* x, unsigned short* y, long n) {
   for (long i = 0; i < n; ++i) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+// the vector kernels' pair narrowing (n even)
+extern "C" void narrow_pairs(const float* x, unsigned short* y, long n) {
+  for (long i = 0; i < n; i += 2) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x[i], x[i + 1]);
+    __builtin_memcpy(y + i, (const void*)&h, 4);
+  }
+}
+extern "C" void widen_pairs(const unsigned short* x, float* y, long n) {
+  for (long i = 0; i < n; i += 2) {
+    __nv_bfloat162 h;
+    __builtin_memcpy((void*)&h, x + i, 4);
+    const float2 f = __bfloat1622float2(h);
+    y[i] = f.x;
+    y[i + 1] = f.y;
+  }
 }
 // CuPy's ElementwiseKernel store: (Y)(float) and (Y)(double) into its bfloat16
 extern "C" void narrow_cupy(const float* x, unsigned short* y, long n) {
@@ -223,7 +247,8 @@ def test_bf16_narrowing_is_ml_dtypes_round_to_nearest_even(bf16_host):
     # the bit-level definition and ml_dtypes agree: ml_dtypes is IEEE round to nearest even
     assert np.array_equal(want[~nan_in], ref[~nan_in])
     assert np.isnan(want.view(BF16)[nan_in]).all()
-    for fn in ("narrow_rn", "narrow_cupy"):
+    assert u.size % 2 == 0
+    for fn in ("narrow_rn", "narrow_cupy", "narrow_pairs"):
         got = _call(getattr(lib, fn), x, np.uint16)
         bad = np.nonzero((got != want) & ~nan_in)[0]
         assert bad.size == 0, (fn, [(hex(u[i]), hex(got[i]), hex(want[i])) for i in bad[:5]])
@@ -233,6 +258,8 @@ def test_bf16_narrowing_is_ml_dtypes_round_to_nearest_even(bf16_host):
     got = _call(lib.narrow_rn, np.array([0x3F808000, 0x3F818000, 0x7F7F8000, 0x00008000, 0x80018000],
                                         np.uint32).view(np.float32), np.uint16)
     assert [hex(v) for v in got] == ["0x3f80", "0x3f82", "0x7f80", "0x0", "0x8002"]
+    got = _call(lib.narrow_pairs, np.array([1.0, 2.0], np.float32), np.uint16)
+    assert [hex(v) for v in got] == ["0x3f80", "0x4000"]  # the first float in the low half
 
 
 def test_bf16_from_float64_rounds_through_float32_as_the_cpu(bf16_host):
@@ -261,7 +288,7 @@ def test_bf16_widening_is_exact_for_every_value(bf16_host):
     want = b.view(BF16).astype(np.float32)
     nan = np.isnan(want)
     assert nan.sum() == 2 * 127  # every NaN payload, both signs
-    for fn in (lib.widen, lib.widen_cupy):
+    for fn in (lib.widen, lib.widen_cupy, lib.widen_pairs):
         got = _call(fn, b, np.float32)
         assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
         assert np.isnan(got[nan]).all()

@@ -264,6 +264,16 @@ DATA_TYPES = {
 _ITEMSIZE = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
 # the header each 16-bit data type needs
 _DATA_HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
+# 16-bit data moves in pairs: (pair type, pair -> float2 (exact), two floats -> pair).
+# The pair narrowing is cvt.rn.{f16,bf16}x2.f32 on sm_80+ (the headers' per-lane
+# cvt.rn on older devices and on the host): each lane rounded to nearest even on its
+# own, the first float into the low half (the lower address), as the scalar narrowing
+# rounds it. Pairs keep the 128-bit vector four 32-bit registers in the PTX, so no
+# build of it depends on ptxas fusing per-element conversions and halfword moves.
+_PAIRS = {
+    "float16": ("__half2", "__half22float2", "__floats2half2_rn"),
+    "bfloat16": ("__nv_bfloat162", "__bfloat1622float2", "__floats2bfloat162_rn"),
+}
 
 
 def data_dtype_name(dtype):
@@ -334,7 +344,8 @@ def vector_kernel_name(spec, kind: str, data_dtype) -> str:
 
 def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     """The 16-byte-vector RawKernel of ``kind`` for contiguous data of ``data_dtype``
-    (float16 and bfloat16 compute in float32, as the ElementwiseKernel does)."""
+    (float16 and bfloat16 compute in float32, as the ElementwiseKernel does, and move as
+    four 32-bit pairs: see :data:`_PAIRS`)."""
     ddt, dtype_c, ctype = _data_types(data_dtype)
     if kind not in kernel_kinds(spec):
         raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
@@ -348,22 +359,39 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     which = Kind.parse(kind).scalar
     prep = _prep_line(spec, which, ctype, pnames, "  ")
 
-    def value(ix):
-        args = [_load(ddt, ctype, f"x[{ix}]"), *pnames]
+    def result(xe, ge):
+        """One element's result in the compute type, its operands given in it."""
+        args = [xe, *pnames]
         call = f"iglu_np::{fn}<{ctype}>(" + ", ".join(args) + ")"
         if prep:  # the parameter-only part once per thread (the spec's ``prepared``)
             call = f"iglu_np::{fn}_at<{ctype}>(" + ", ".join([*args, "pre"]) + ")"
         if times_grad:
-            call = f"{_load(ddt, ctype, f'g[{ix}]')} * {call}"
-        return _store(ddt, call)
+            call = f"{ge} * {call}"
+        return call
+
+    def value(ix):
+        return _store(ddt, result(_load(ddt, ctype, f"x[{ix}]"), _load(ddt, ctype, f"g[{ix}]")))
 
     args = [f"const D* __restrict__ {d}" for d in data] + ["D* __restrict__ y", "const long long n"]
     args += [f"const {ctype} {p}" for p in pnames]
     vloads = "".join(f"    const V {d}v = reinterpret_cast<const V*>({d})[i];\n" for d in data)
-    lane = value("k").replace("x[k]", "xv.v[k]").replace("g[k]", "gv.v[k]")
+    store = "    reinterpret_cast<V*>(y)[i] = r;\n"
+    if ddt in _PAIRS:
+        # two elements per 32-bit pair: widened together, computed apart, narrowed together
+        pair, widen, narrow = _PAIRS[ddt]
+        vtype = f"typedef {pair} D2;\ntypedef iglu_np::vec<D2, {lanes // 2}> V;\n"
+        vloads = "".join(_pair_load(d) for d in data)
+        store = _PAIR_STORE
+        wide = "".join(f"      const float2 {d}2 = {widen}({d}v.v[k]);\n" for d in data)
+        loop = (f"    for (int k = 0; k < {lanes // 2}; ++k) {{\n{wide}"
+                f"      r.v[k] = {narrow}({result('x2.x', 'g2.x')}, {result('x2.y', 'g2.y')});\n    }}\n")
+    else:
+        lane = value("k").replace("x[k]", "xv.v[k]").replace("g[k]", "gv.v[k]")
+        vtype = f"typedef iglu_np::vec<D, {lanes}> V;\n"
+        loop = f"    for (int k = 0; k < {lanes}; ++k) r.v[k] = {lane};\n"
     body = (
         f"typedef {dtype_c} D;\n"
-        f"typedef iglu_np::vec<D, {lanes}> V;\n"
+        f"{vtype}"
         f'extern "C" __global__ void {name}({", ".join(args)}) {{\n'
         f"  const long long nvec = n / {lanes};\n"
         "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -373,8 +401,8 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
         f"{vloads}"
         "    V r;\n"
         "#pragma unroll\n"
-        f"    for (int k = 0; k < {lanes}; ++k) r.v[k] = {lane};\n"
-        "    reinterpret_cast<V*>(y)[i] = r;\n"
+        f"{loop}"
+        f"{store}"
         "  }\n"
         f"  const long long t = nvec * {lanes} + tid;  // the last n % {lanes} elements\n"
         f"  if (t < n) y[t] = {value('t')};\n"
@@ -383,6 +411,20 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     body = f"\nnamespace iglu_np_vec_{name} {{\n{body}}}\n"
     src = vector_preamble(spec, ddt) + body
     return VectorKernelSource(name=name, source=src, lanes=lanes, n_data=len(data), compute=ctype, body=body)
+
+
+# A vector of pairs moves as the built-in uint4 (a <4 x i32> to NVVM: one 128-bit access
+# whatever the loop does; a struct of pairs may be copied field by field, as four 32-bit
+# accesses) and is bit-copied to and from the pairs (register moves once compiled).
+def _pair_load(d: str) -> str:
+    return (f"    const uint4 {d}w = reinterpret_cast<const uint4*>({d})[i];\n"
+            f"    V {d}v;\n"
+            f"    memcpy((void*)&{d}v, &{d}w, sizeof {d}v);\n")
+
+
+_PAIR_STORE = ("    uint4 rw;\n"
+               "    memcpy(&rw, (const void*)&r, sizeof rw);\n"
+               "    reinterpret_cast<uint4*>(y)[i] = rw;\n")
 
 
 def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre") -> str:
@@ -424,19 +466,44 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
             return f"iglu_np::{spec.name}_{w}_at<{ctype}>({args}, pre_{w})"
         return f"iglu_np::{spec.name}_{w}<{ctype}>({args})"
 
-    def step(xv, gv, ind):
-        args = ", ".join(["xi", *pnames])
-        lines = [f"{ind}const {ctype} xi = {_load(ddt, ctype, xv)};",
-                 f"{ind}const {ctype} gi = {_load(ddt, ctype, gv)};"]
-        lines += [f"{ind}acc_{p} += (double)(gi * {call('d' + p, args)});" for p in ps]
-        lines.append(f"{ind}const D yi = {_store(ddt, 'gi * ' + call('dx', args))};")
+    def step(xv, gv, ind, j="", wide=False):
+        """One element: its partials added, its grad_x as ``yi<j>`` (the data type, or
+        the compute type where the operands come ``wide``, narrowed in pairs)."""
+        xi, gi = f"xi{j}", f"gi{j}"
+        args = ", ".join([xi, *pnames])
+        lines = [f"{ind}const {ctype} {xi} = {xv if wide else _load(ddt, ctype, xv)};",
+                 f"{ind}const {ctype} {gi} = {gv if wide else _load(ddt, ctype, gv)};"]
+        lines += [f"{ind}acc_{p} += (double)({gi} * {call('d' + p, args)});" for p in ps]
+        yi = f"{gi} * " + call("dx", args)
+        lines.append(f"{ind}const {ctype} yi{j} = {yi};" if wide else f"{ind}const D yi{j} = {_store(ddt, yi)};")
         return lines
+
+    if ddt in _PAIRS:  # two elements per 32-bit pair, in order (see _PAIRS)
+        pair, widen, narrow = _PAIRS[ddt]
+        vtype = [f"typedef {pair} D2;", f"typedef iglu_np::vec<D2, {lanes // 2}> V;"]
+        loop = [f"    for (int k = 0; k < {lanes // 2}; ++k) {{",
+                f"      const float2 x2 = {widen}(xv.v[k]);",
+                f"      const float2 g2 = {widen}(gv.v[k]);",
+                *step("x2.x", "g2.x", "      ", "0", wide=True),
+                *step("x2.y", "g2.y", "      ", "1", wide=True),
+                f"      r.v[k] = {narrow}(yi0, yi1);",
+                "    }"]
+        moves = ((_pair_load("x") + _pair_load("g")).splitlines(), _PAIR_STORE.splitlines())
+    else:
+        vtype = [f"typedef iglu_np::vec<D, {lanes}> V;"]
+        loop = [f"    for (int k = 0; k < {lanes}; ++k) {{",
+                *step("xv.v[k]", "gv.v[k]", "      "),
+                "      r.v[k] = yi;",
+                "    }"]
+        moves = (["    const V xv = reinterpret_cast<const V*>(x)[i];",
+                  "    const V gv = reinterpret_cast<const V*>(g)[i];"],
+                 ["    reinterpret_cast<V*>(y)[i] = r;"])
 
     args = ["const D* __restrict__ x", "const D* __restrict__ g", "D* __restrict__ y",
             "double* __restrict__ partials", "const long long n", *(f"const {ctype} {p}" for p in pnames)]
     body = [
         f"typedef {dtype_c} D;",
-        f"typedef iglu_np::vec<D, {lanes}> V;",
+        *vtype,
         f'extern "C" __global__ void {name}({", ".join(args)}) {{',
         f"  const long long nvec = n / {lanes};",
         "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
@@ -444,15 +511,11 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
         *(f"  double acc_{p} = 0.0;" for p in ps),
         *(line.rstrip("\n") for line in preps.values() if line),
         "  for (long long i = tid; i < nvec; i += stride) {",
-        "    const V xv = reinterpret_cast<const V*>(x)[i];",
-        "    const V gv = reinterpret_cast<const V*>(g)[i];",
+        *moves[0],
         "    V r;",
         "#pragma unroll",
-        f"    for (int k = 0; k < {lanes}; ++k) {{",
-        *step("xv.v[k]", "gv.v[k]", "      "),
-        "      r.v[k] = yi;",
-        "    }",
-        "    reinterpret_cast<V*>(y)[i] = r;",
+        *loop,
+        *moves[1],
         "  }",
         f"  const long long t = nvec * {lanes} + tid;  // the last n % {lanes} elements",
         "  if (t < n) {",

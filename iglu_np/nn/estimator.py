@@ -212,7 +212,17 @@ class _BaseMLP(_Base):
         if not hasattr(self, "_optimizer"):
             self._init_training()
         weight = self._class_weight_arr(y_enc)
-        loss = self._run_epoch(X, self._to_device(y_enc, X), weight, total_steps=None)
+        if ad.array_module(X) is np:
+            loss = self._run_epoch(X, self._to_device(y_enc, X), weight, total_steps=None)
+        else:
+            # a device epoch checks its steps at its end: a diverged one leaves the state
+            # of the epoch's start (as fit does), not that of the steps before the bad one
+            snap = self._epoch_snapshot()
+            try:
+                loss = self._run_epoch(X, self._to_device(y_enc, X), weight, total_steps=None)
+            except BaseException:
+                self._epoch_restore(snap)
+                raise
         self.n_iter_ += 1
         self.loss_curve_.append(loss)
         return self
@@ -253,7 +263,7 @@ class _BaseMLP(_Base):
                 arrays["optim/" + k] = v
         if getattr(self, "_best_state", None) is not None:
             for k, v in self._best_state.items():
-                arrays["best/" + k] = v
+                arrays["best/" + k] = to_host(v)
         _atomic_savez(path, arrays)
         return path
 
@@ -415,6 +425,8 @@ class _BaseMLP(_Base):
 
     def _run_epoch(self, X, y, weight, total_steps):
         xp = ad.array_module(X)
+        if xp is not np:
+            return self._run_device_epoch(X, y, weight, total_steps, xp)
         n = X.shape[0]
         bs = self._batch_size(n)
         idx = self._rng.permutation(n) if self.shuffle else np.arange(n)
@@ -463,6 +475,69 @@ class _BaseMLP(_Base):
             total += lv * m
         return total / n
 
+    def _run_device_epoch(self, X, y, weight, total_steps, xp):
+        """:meth:`_run_epoch` on a device array module (cupy) with no host transfer per
+        step: the shuffled order (drawn by the host generator, as on the CPU) moves to the
+        device once, every step's loss, L2 term and gradient norm stay there, and the
+        divergence checks run once, at the end of the epoch, naming the first bad step
+        (``_train`` then rolls the epoch back, as it does for an error mid-epoch). The
+        numbers are the CPU loop's: float64 losses from the float32 ones, the same sums in
+        the same order. A dropout mask is still drawn on the host (one copy per dropout
+        layer and step) so that runs are reproducible on any device."""
+        n = X.shape[0]
+        bs = self._batch_size(n)
+        idx = xp.asarray(self._rng.permutation(n) if self.shuffle else np.arange(n))
+        model, opt = self.model_, self._optimizer
+        model.train()
+        weights = [m.weight for m in model.layers if isinstance(m, Linear)]
+        n_batches = (n + bs - 1) // bs
+        t0 = self.t_
+        losses, norms, sizes = [], [], []
+        for b in range(n_batches):
+            sel = idx[b * bs:(b + 1) * bs]
+            m = min(bs, n - b * bs)
+            xb, yb = X[sel], y[sel]
+            opt.set_lr_factor(self._lr_factor_at(self.t_, total_steps, n_batches))
+            out = model(Tensor(xb))
+            loss = self._loss(out, yb, weight)
+            for p in opt.params():
+                p.grad = None
+            loss.backward()
+            lv = loss.data.astype(xp.float64)
+            if self.alpha:
+                sq = None
+                for w in weights:
+                    w.grad = w.grad + (self.alpha / m) * w.data
+                    s = (w.data * w.data).sum().astype(xp.float64)
+                    sq = s if sq is None else sq + s
+                lv = lv + 0.5 * self.alpha * sq / m
+            if self.clip_grad_norm is not None:
+                norms.append(clip_grad_norm(opt.params(), float(self.clip_grad_norm), sync=False))
+            opt.step()
+            self.t_ += 1
+            losses.append(lv)
+            sizes.append(m)
+        # the estimator decides here: one transfer of the epoch's losses (and norms)
+        lvs = to_host(xp.stack(losses)).tolist()
+        gns = to_host(xp.stack(norms)).tolist() if norms else None
+        total = 0.0
+        for b, (lv, m) in enumerate(zip(lvs, sizes)):
+            if not (abs(lv) <= _LOSS_MAX):
+                self.t_ = t0 + b
+                raise FloatingPointError(
+                    f"{type(self).__name__}: training diverged, loss is {lv} at epoch "
+                    f"{self.n_iter_ + 1}, step {t0 + b + 1} (batch {b + 1} of {n_batches}); "
+                    "lower learning_rate_init or set clip_grad_norm"
+                )
+            if gns is not None and not math.isfinite(gns[b]):
+                self.t_ = t0 + b
+                raise FloatingPointError(
+                    f"{type(self).__name__}: non-finite gradient norm at epoch "
+                    f"{self.n_iter_ + 1}, step {t0 + b + 1}"
+                )
+            total += lv * m
+        return total / n
+
     def _train(self, X, y, *, n_epochs=None, checkpoint=None):
         # y arrives encoded, on the host; it moves to X's device once, after the split.
         X_val = y_val = None
@@ -472,6 +547,7 @@ class _BaseMLP(_Base):
                 raise ValueError(f"{type(self).__name__}: too few samples for early_stopping's validation split")
             X_val, y_val = X[_idx(X, va)], y[va]
             X, y = X[_idx(X, tr)], y[tr]
+            y_val = self._to_device(y_val, X)
         weight = self._class_weight_arr(y)
         y = self._to_device(y, X)
         n = X.shape[0]
@@ -518,8 +594,17 @@ class _BaseMLP(_Base):
                 ConvergenceWarning, stacklevel=3,
             )
 
+    def _model_state(self):
+        """The model's parameters, copied where they live: a device model's snapshots
+        (each epoch's, the best one) never cross to the host."""
+        params = [t.data for t in self.model_.parameters()]
+        if ad.array_module(*params) is np:
+            return self.model_.state_dict()
+        return {n: t.data.copy() for n, t in self.model_.named_parameters()}
+
     def _epoch_snapshot(self):
-        return (self.model_.state_dict(), self._optimizer.state_dict(),
+        on_host = ad.array_module(*[t.data for t in self.model_.parameters()]) is np
+        return (self._model_state(), self._optimizer.state_dict(host=on_host),
                 self._rng.bit_generator.state, self.t_)
 
     def _epoch_restore(self, snap):
@@ -539,7 +624,7 @@ class _BaseMLP(_Base):
                 self._no_improvement_count = 0
             if score > self.best_validation_score_:
                 self.best_validation_score_ = score
-                self._best_state = self.model_.state_dict()
+                self._best_state = self._model_state()
         else:
             loss = self.loss_curve_[-1]
             if loss > self.best_loss_ - tol:
@@ -852,8 +937,10 @@ class MLPClassifier(*((_SkClf,) if _SkClf is not None else ()), _BaseMLP):
         return stratified_split(y, self.validation_fraction, random_state=[self._seed, 1])
 
     def _val_score(self, X_val, y_val_enc):
-        pred = np.argmax(to_host(self._predict_raw_checked(X_val)), axis=1)
-        return float(np.mean(pred == y_val_enc))
+        # reduced where the data lives: one scalar crosses to the host
+        xp = ad.array_module(X_val)
+        pred = xp.argmax(self._predict_raw_checked(X_val), axis=1)
+        return float(xp.mean(pred == y_val_enc))
 
     def _predict_raw_checked(self, X):  # X already validated (validation split)
         self.model_.eval()
@@ -950,13 +1037,15 @@ class MLPRegressor(*((_SkReg,) if _SkReg is not None else ()), _BaseMLP):
         return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
     def _val_score(self, X_val, y_val):
+        # reduced where the data lives: one scalar crosses to the host
+        xp = ad.array_module(X_val)
         self.model_.eval()
         with ad.no_grad():
-            p = to_host(self.model_(Tensor(X_val)).data).astype(np.float64)
-        y = np.asarray(y_val, dtype=np.float64)
+            p = self.model_(Tensor(X_val)).data.astype(np.float64)
+        y = xp.asarray(y_val, dtype=np.float64)
         ss_res = ((y - p) ** 2).sum(axis=0)
         ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-        return float(np.mean(1 - ss_res / np.where(ss_tot > 0, ss_tot, 1)))
+        return float(xp.mean(1 - ss_res / xp.where(ss_tot > 0, ss_tot, 1)))
 
     def _loss(self, out, yb, weight):
         return ad.mul(ad.mse_loss(out, yb), 0.5)

@@ -82,7 +82,9 @@ class Module:
                 f"unexpected {extra or 'nothing'}"
             )
         for n, t in own.items():
-            a = np.asarray(state[n])
+            a = state[n]
+            if ad.array_module(a) is np:  # host arrays as given; device ones stay there
+                a = np.asarray(a)
             if a.shape != t.data.shape:
                 raise ValueError(f"parameter {n}: saved shape {a.shape} != model shape {t.data.shape}")
             xp = ad.array_module(t.data)
