@@ -197,6 +197,18 @@ def empty_like(a, dtype=None):
     return r
 
 
+def linspace(start, stop, num, dtype=float):
+    return ndarray(num, dtype)
+
+
+def negative(x, out=None):
+    """CuPy's ufunc, recorded as an op (it is no kernel of iglu_np's)."""
+    r = out if out is not None else ndarray(x.shape, x.dtype)
+    if STATE.record:
+        STATE.ops.append(("negative", x, r))
+    return r
+
+
 def asarray(a, dtype=None):
     if isinstance(a, ndarray):
         return a if dtype is None or np.dtype(dtype) == a.dtype else a.astype(dtype)
