@@ -25,6 +25,7 @@ from iglu_np import _params, backends
 from iglu_np.backends import cupy_backend as cb
 
 from . import fake_cupy
+from . import gpu_helpers as H
 
 BF16 = None
 try:
@@ -357,10 +358,6 @@ def test_a_cupy_without_the_contiguity_attribute_keeps_the_general_path(fc, gene
 
 
 # --------------------------------------------------------------------------- real GPU
-def _bits(a):
-    a = np.asarray(a)
-    return a.view(f"u{a.dtype.itemsize}")
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64", "bfloat16"])
@@ -375,6 +372,7 @@ def test_on_a_gpu_the_thin_path_equals_the_general_path_and_the_cpu(dt, general_
     xh = (rng.standard_normal(n) * 4).astype(np.float32).astype(ddt)
     gh = rng.standard_normal(n).astype(np.float32).astype(ddt)
     x, g = cupy.asarray(xh), cupy.asarray(gh)
+    iglu_np.relu(x)  # the first call on a CuPy array notes the thin path
     cases = [("iglu", {}), ("iglu", {"sigma": 2.5}), ("xielu", {"alpha_p": np.float32(0.5)}),
              ("gelu", {}), ("silu", {}), ("softplus", {"beta": 2})]
     for name, ps in cases:
@@ -388,15 +386,17 @@ def test_on_a_gpu_the_thin_path_equals_the_general_path_and_the_cpu(dt, general_
             data = (x, g) if kind == "bwd" else (x,)
             general = cb.run(p, kind, data, dict(ps), None)
             assert r.dtype == general.dtype == ddt
-            np.testing.assert_array_equal(_bits(cupy.asnumpy(r)), _bits(cupy.asnumpy(general)), err_msg=f"{name} {kind}")
+            H.assert_same_bits(cupy.asnumpy(r), cupy.asnumpy(general), f"{name} {kind} thin vs general")
             with np.errstate(all="ignore"):
                 cpu = {"fwd": act, "dx": act.dx, "bwd": act.backward}[kind](*(xh, gh)[: len(data)], **ps)
-            np.testing.assert_array_equal(_bits(cupy.asnumpy(r)), _bits(cpu), err_msg=f"{name} {kind} cpu")
-        np.testing.assert_array_equal(_bits(cupy.asnumpy(o)), _bits(cupy.asnumpy(thin["fwd"])))
+            H.assert_same_bits(cupy.asnumpy(r), cpu, f"{name} {kind} thin vs cpu")
+        H.assert_same_bits(cupy.asnumpy(o), cupy.asnumpy(thin["fwd"]), f"{name} out=")
         gx, gp = act.backward_all(x, g, **ps)
+        # without parameters there is nothing to fuse: backward and backward_params
+        assert general_calls[0] == before or not act.params, f"{name}: backward_all left the thin path"
         gx_g, gp_g = cb.backward_all(p, (x, g), dict(ps), None) or (None, None)
         if gx_g is not None:  # activations with parameters: the fused kernel on both paths
-            np.testing.assert_array_equal(_bits(cupy.asnumpy(gx)), _bits(cupy.asnumpy(gx_g)))
+            H.assert_same_bits(cupy.asnumpy(gx), cupy.asnumpy(gx_g), f"{name} backward_all grad_x")
             for k in gp:
                 assert cupy.asnumpy(gp[k]) == cupy.asnumpy(gp_g[k]), (name, k)
 
