@@ -14,9 +14,15 @@ limit measured in the same run:
 beside CuPy's own ufunc (``cupy.negative``: what a plain elementwise kernel costs here) and
 torch / JAX (when installed) on the same memory, for the functions they have.
 ``dtypes`` are float16, bfloat16 (``ml_dtypes.bfloat16``; torch's and JAX's bfloat16
-activations on the same memory), float32 and float64. The per-call cost at 1,024
-elements (``iglu`` forward against ``cupy.negative``) is measured in wall time. Nothing
-here runs without cupy and a GPU: :func:`run` raises a RuntimeError that says why.
+activations on the same memory), float32 and float64.
+
+The per-call cost (:func:`per_call`, wall time of back-to-back calls, host overhead
+included, the device synchronised once at the end) at 1,024 and 65,536 float32 elements:
+``iglu``, ``gelu`` and ``silu`` on CuPy arrays (a new result, and ``out=``), beside
+``cupy.negative`` (CuPy's own cheapest elementwise call), torch eager
+``torch.nn.functional.gelu`` / ``silu`` and JAX ``jit`` ``gelu`` (exact, as ours) /
+``silu``, and iglu_np on a torch CUDA tensor. Nothing here runs without cupy and a GPU:
+:func:`run` raises a RuntimeError that says why.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import numpy as np
 
 SIZE = 2**26
 SMALL = 1024
+PER_CALL_SIZES = (1024, 65536)
+PER_CALL_NAMES = ("iglu", "gelu", "silu")
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -76,15 +84,69 @@ def event_time(cupy, fn, repeats=15, inner=5) -> float:
     return float(np.median(ts))
 
 
-def wall_time(cupy, fn, calls=2000) -> float:
-    """Seconds per call in wall time (host overhead included), synchronised at the end."""
-    fn()
-    cupy.cuda.Stream.null.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    cupy.cuda.Stream.null.synchronize()
-    return (time.perf_counter() - t) / calls
+def wall_time(cupy, fn, calls=2000, rounds=1) -> float:
+    """Seconds per call in wall time (host overhead included): the best of ``rounds``
+    rounds of ``calls`` back-to-back calls, the device synchronised (every stream, so
+    torch's and JAX's work too) before and after each round; a result with
+    ``block_until_ready`` (JAX's asynchronous dispatch) is waited for first."""
+    def sync(r):
+        wait = getattr(r, "block_until_ready", None)
+        if wait is not None:
+            wait()
+        cupy.cuda.Device().synchronize()
+
+    sync(fn())
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            r = fn()
+        sync(r)
+        best = min(best, (time.perf_counter() - t) / calls)
+    return best
+
+
+def per_call(cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NAMES,
+             calls=2000) -> list:
+    """Wall-time rows (microseconds per call, best of 3 rounds) at each size, float32:
+    ``{"n", "name", "ours_us", "ours_out_us", "torch_us", "jax_us", "ours_torch_us"}`` per
+    activation (``torch_*``/``jax_*`` where installed and the library has the function)
+    and one ``"(cupy.negative)"`` row per size (``ours_us``: ``cupy.negative(x)``,
+    ``ours_out_us``: with ``out=``)."""
+    import functools
+
+    import iglu_np
+    from .backends import _interop
+
+    def us(fn):
+        return wall_time(cupy, fn, calls, rounds=3) * 1e6
+
+    rows = []
+    for n in sizes:
+        x = cupy.linspace(-5.0, 5.0, n, dtype=np.float32)
+        o = cupy.empty_like(x)
+        rows.append({"n": n, "name": "(cupy.negative)", "ours_us": us(lambda: cupy.negative(x)),
+                     "ours_out_us": us(lambda: cupy.negative(x, out=o))})
+        tx = _interop.to_torch(x) if torch is not None else None
+        jx = _interop.to_jax(x) if jax is not None else None
+        for name in names:
+            act = iglu_np.get(name)
+            row = {"n": n, "name": name, "ours_us": us(lambda: act(x)),
+                   "ours_out_us": us(lambda: act(x, out=o))}
+            tname, jname = act.spec.torch, act.spec.jax
+            if tx is not None:
+                row["ours_torch_us"] = us(lambda: act(tx))  # a torch CUDA tensor in, one out
+                if isinstance(tname, str) and tname:
+                    f = getattr(torch.nn.functional, tname)
+                    row["torch_us"] = us(lambda: f(tx))
+            if jx is not None and jname:
+                jf = getattr(jax.nn, jname)
+                if jname == "gelu":
+                    jf = functools.partial(jf, approximate=False)  # the exact GELU, as ours
+                jf = jax.jit(jf)
+                row["jax_us"] = us(lambda: jf(jx))
+            rows.append(row)
+    return rows
 
 
 def _torch(cupy):
@@ -194,14 +256,11 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
             done += 1
             if progress:
                 progress(done, total, f"{name} {dt}")
-    xs = cupy.ones(SMALL, np.float32)
-    os_ = cupy.empty_like(xs)
-    data["small"] = {
-        "iglu_us": wall_time(cupy, lambda: iglu_np.iglu(xs, out=os_)) * 1e6,
-        "cupy_negative_us": wall_time(cupy, lambda: cupy.negative(xs, out=os_)) * 1e6,
-    }
+    data["per_call"] = per_call(cupy, torch, jax)
     if nc_ok:
-        data["small"]["numba_iglu_us"] = wall_time(
+        xs = cupy.ones(SMALL, np.float32)
+        os_ = cupy.empty_like(xs)
+        data["numba_iglu_us"] = wall_time(
             cupy, lambda: iglu_np.iglu(xs, out=os_, backend="numba_cuda"), calls=300) * 1e6
     data["trainer"] = trainer_epochs(cupy, torch)
     return data
@@ -303,7 +362,9 @@ def markdown(data) -> str:
             ref = lb if "bwd" in k else lf
             cells.append(f"{v:.3f}" + (f" ({v / ref:.2f}x)" if ref and r["name"] != "(copy limit)" else ""))
         lines.append(f"| {r['dtype']} | {r['name']} | " + " | ".join(cells) + " |")
-    s = data.get("small")
+    if data.get("per_call"):
+        lines += ["", per_call_markdown(data["per_call"], data.get("numba_iglu_us"))]
+    s = data.get("small")  # reports written before the per-call table
     if s:
         lines += ["", f"Per call at {SMALL} elements (wall): iglu {s['iglu_us']:.1f} us, "
                   f"cupy.negative {s['cupy_negative_us']:.1f} us "
@@ -311,6 +372,36 @@ def markdown(data) -> str:
                   + (f"; Numba CUDA backend iglu {s['numba_iglu_us']:.1f} us." if "numba_iglu_us" in s else ".")]
     if data.get("trainer"):
         lines += ["", data["trainer"]["summary"]]
+    return "\n".join(lines)
+
+
+def per_call_markdown(rows, numba_iglu_us=None) -> str:
+    """The per-call table: microseconds per call (wall, float32) and ours against
+    ``cupy.negative`` (like for like: a new result, or ``out=``), torch eager and JAX jit."""
+    neg = {r["n"]: r for r in rows if r["name"] == "(cupy.negative)"}
+    lines = ["Per call (wall time, us, float32; best of 3 rounds of back-to-back calls, the "
+             "device synchronised at the end). ours: on CuPy arrays; x neg: ours over "
+             "cupy.negative in the same form; torch in: ours on the torch tensor.", "",
+             "| n | function | ours | ours out= | x neg | x neg (out=) | torch | ours / torch "
+             "| jax jit | ours / jax | torch in |", "|---|---|" + "---|" * 9]
+
+    def f(v):
+        return "" if v is None else f"{v:.1f}"
+
+    def ratio(a, b):
+        return "" if a is None or not b else f"{a / b:.2f}x"
+
+    for r in rows:
+        ng = neg.get(r["n"], {})
+        own = r["name"] != "(cupy.negative)"
+        t, j = r.get("torch_us"), r.get("jax_us")
+        cells = [f"{r['n']:,}", r["name"], f(r["ours_us"]), f(r["ours_out_us"]),
+                 ratio(r["ours_us"], ng.get("ours_us")) if own else "",
+                 ratio(r["ours_out_us"], ng.get("ours_out_us")) if own else "",
+                 f(t), ratio(r["ours_us"], t), f(j), ratio(r["ours_us"], j), f(r.get("ours_torch_us"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    if numba_iglu_us is not None:
+        lines += ["", f"Numba CUDA backend, iglu(x, out=y) at {SMALL:,} elements: {numba_iglu_us:.1f} us per call."]
     return "\n".join(lines)
 
 

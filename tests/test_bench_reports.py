@@ -36,12 +36,62 @@ def test_markdown_ratios_to_the_limits():
     assert "(1.20x)" in md and "Test GPU" in md
 
 
+def _per_call_rows():
+    rows = []
+    for n, neg in ((1024, 8.0), (65536, 9.0)):
+        rows.append({"n": n, "name": "(cupy.negative)", "ours_us": neg, "ours_out_us": neg - 1})
+        rows.append({"n": n, "name": "gelu", "ours_us": 12.0, "ours_out_us": 10.5, "torch_us": 10.0,
+                     "jax_us": 24.0, "ours_torch_us": 40.0})
+        rows.append({"n": n, "name": "iglu", "ours_us": 11.0, "ours_out_us": 10.0})
+    return rows
+
+
+def test_per_call_table_compares_like_with_like():
+    md = bench_gpu.per_call_markdown(_per_call_rows(), numba_iglu_us=77.0)
+    # a new result against cupy.negative(x), out= against cupy.negative(x, out=o)
+    assert "| 1,024 | gelu | 12.0 | 10.5 | 1.50x | 1.50x | 10.0 | 1.20x | 24.0 | 0.50x | 40.0 |" in md
+    assert "| 65,536 | iglu | 11.0 | 10.0 | 1.22x | 1.25x |  |  |  |  |  |" in md
+    assert "| 1,024 | (cupy.negative) | 8.0 | 7.0 |  |  |" in md
+    assert "77.0 us per call" in md
+    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": "2", "jax": None,
+            "size": 1024, "rows": [], "per_call": _per_call_rows()}
+    assert "| 65,536 | gelu |" in bench_gpu.markdown(data)
+
+
+def test_per_call_times_our_calls_and_cupy_negative(monkeypatch):
+    # the measurement loop with the fake cupy (nothing runs on a device): one negative
+    # row and one row per activation for each size, our calls through the thin path
+    from iglu_np import backends
+    from iglu_np.backends import cupy_backend as cb
+
+    from . import fake_cupy
+
+    fc = fake_cupy.install(monkeypatch)
+    general = []
+    orig = cb._prepare
+    monkeypatch.setattr(cb, "_prepare", lambda *a, **k: general.append(1) or orig(*a, **k))
+    rows = bench_gpu.per_call(fc, sizes=(1024, 65536), names=("iglu", "silu"), calls=3)
+    assert [(r["n"], r["name"]) for r in rows] == [
+        (1024, "(cupy.negative)"), (1024, "iglu"), (1024, "silu"),
+        (65536, "(cupy.negative)"), (65536, "iglu"), (65536, "silu")]
+    assert all(r["ours_us"] > 0 and r["ours_out_us"] > 0 for r in rows)
+    assert not any("torch_us" in r or "jax_us" in r for r in rows)
+    # the first call on a CuPy array notes the thin path; every later one takes it
+    assert len(general) == 1 and backends._FAST[fake_cupy.ndarray][1] is not None
+    grids = {L.args[2]: L.grid for L in fc.STATE.launches}
+    assert grids[1024] == (1,) and grids[65536] == (64,)  # 4 float32 per vector, 256 per block
+
+
 @pytest.mark.gpu
 def test_gpu_bench_runs_on_a_gpu():
     data = bench_gpu.run(["iglu", "relu"], size=2**20, repeats=3, peers=False)
     names = [r["name"] for r in data["rows"]]
     assert names[:2] == ["(copy limit)", "(cupy.negative)"] and "iglu" in names
     assert all(r["fwd_ms"] > 0 for r in data["rows"])
+    pc = data["per_call"]
+    assert {(r["n"], r["name"]) for r in pc} >= {(1024, "gelu"), (65536, "silu"), (1024, "(cupy.negative)")}
+    assert all(r["ours_us"] > 0 for r in pc)
+    assert "| 65,536 | silu |" in bench_gpu.markdown(data)
 
 
 def test_cpu_bench_says_when_the_machine_is_not_quiet():

@@ -7,8 +7,9 @@
 2. Where a small Numba CUDA call spends its time: wall time per call against a plain
    numba kernel launch on the same CuPy arrays, then a cProfile of 200 calls on 1,024
    elements.
-3. The same for the CuPy backend (37 us per call on an H100 against cupy.negative's 7): the
-   public call against its parts, and its profile.
+3. The same for the CuPy backend: the public call (the thin per-call path,
+   ``cupy_backend.fast_path``) against the general path and ``cupy.negative``, their
+   parts, the raw launch, and the public call's profile.
 
 Prints plain text; needs cupy and a GPU.
 """
@@ -106,32 +107,49 @@ def _wall_us(cupy, fn, calls=3000):
 
 
 def cupy_overhead():
-    """Where a small CuPy-backend call spends its time: the public call against its parts
-    (the backend's run, _prepare, the vector kernel's launch alone) and cupy.negative."""
+    """Where a small CuPy-backend call spends its time: the public call (thin path) against
+    the general path, their parts (the vector kernel's launch alone, _prepare) and
+    cupy.negative."""
     import cupy
 
     import iglu_np
-    from iglu_np import _params
+    from iglu_np import _params, backends
     from iglu_np.backends import cupy_backend as cb
 
     x = cupy.ones(1024, np.float32)
     y = cupy.empty_like(x)
+    g = cupy.ones_like(x)
     act = _params.of("iglu")  # what the API hands a backend
     kern, lanes = cb.get_vector_kernel("iglu", "fwd", np.dtype(np.float32))
     n = np.int64(x.size)
     s = np.float32(1.0)
+    iglu_np.iglu(x)  # the dispatcher notes the thin path for cupy arrays
+    thin_run, thin_all = cb.fast_path(x)
     rows = {
         "cupy.negative(x, out=y)": lambda: cupy.negative(x, out=y),
         "cupy.negative(x)": lambda: cupy.negative(x),
         "raw vector kernel launch": lambda: kern((1,), (cb.THREADS,), (x, y, n, s)),
-        "cupy_backend._prepare": lambda: cb._prepare(act, (x,), {"sigma": 1.0}),
-        "cupy_backend.run(out=y)": lambda: cb.run(act, "fwd", (x,), {"sigma": 1.0}, y),
+        "thin path alone (out=y)": lambda: thin_run(act, "fwd", (x,), {}, y),
         "iglu_np.iglu(x, out=y)": lambda: iglu_np.iglu(x, out=y),
         "iglu_np.iglu(x)": lambda: iglu_np.iglu(x),
+        "iglu_np.iglu(x, sigma=2.0, out=y)": lambda: iglu_np.iglu(x, sigma=2.0, out=y),
         "iglu_np.iglu(x, backend='cupy')": lambda: iglu_np.iglu(x, backend="cupy"),
+        "iglu_np.gelu(x)": lambda: iglu_np.gelu(x),
+        "iglu_np.iglu.backward(x, g, out=y)": lambda: iglu_np.iglu.backward(x, g, out=y),
+        "iglu_np.iglu.backward_all(x, g)": lambda: iglu_np.iglu.backward_all(x, g),
+        "general: cupy_backend._prepare": lambda: cb._prepare(act, (x,), {"sigma": 1.0}),
+        "general: cupy_backend.run(out=y)": lambda: cb.run(act, "fwd", (x,), {"sigma": 1.0}, y),
     }
     for label, fn in rows.items():
-        print(f"  {label:36s} {_wall_us(cupy, fn):8.2f} us per call")
+        print(f"  {label:40s} {_wall_us(cupy, fn):8.2f} us per call")
+    # the public call with the thin path switched off: the general path end to end
+    entry = backends._FAST.get(cupy.ndarray)
+    backends._FAST[cupy.ndarray] = ("cupy", None, None)
+    try:
+        print(f"  {'general: iglu_np.iglu(x, out=y)':40s} "
+              f"{_wall_us(cupy, lambda: iglu_np.iglu(x, out=y)):8.2f} us per call")
+    finally:
+        backends._FAST[cupy.ndarray] = entry
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(2000):

@@ -19,6 +19,11 @@ module provides
   ``sum(grad_out * f(x))``, reduced to the parameter's shape;
 * optionally ``backward_all(act, data, params, out)``: grad_x and the parameter gradients
   from one pass, or None where that does not apply;
+* optionally ``fast_path(array)``: a thin per-call path for arrays of ``type(array)``,
+  ``(run, backward_all)`` (either may be None) with the signatures above, each returning
+  None where the backend's general ``run`` / ``backward_all`` must decide; or None. The
+  dispatcher asks once per array type (the first call the backend handles) and then tries
+  it before anything else for a first operand of that type (:data:`_FAST`);
 * ``status() -> (usable, detail)`` for ``iglu-np info``.
 
 Backends import neither :mod:`iglu_np._api` nor one another's privates; dask and xarray
@@ -48,6 +53,9 @@ BACKENDS = {
 }
 
 _loaded = {"cpu": cpu_backend}
+# type of the first operand -> (backend name, thin run or None, thin backward_all or None),
+# from the backend's fast_path; a type whose backend has none maps to (name, None, None).
+_FAST: dict = {}
 
 
 def _module(name):
@@ -134,6 +142,19 @@ def run(act, kind, data, params, out):
         r = _cpu_fast(act, kind, data, params, out)
         if r is not None:
             return r
+        f = _FAST.get(type(data[0]))
+        if f is not None and f[1] is not None:
+            r = f[1](act, kind, data, params, out)
+            if r is not None:
+                return r
+    else:
+        f = _FAST.get(type(data[0]))
+        if f is not None and f[1] is not None and params["backend"] == f[0]:
+            q = dict(params)
+            del q["backend"]
+            r = f[1](act, kind, data, q, out)
+            if r is not None:
+                return r
     if type(data[0]) is memoryview or (len(data) == 2 and type(data[1]) is memoryview):
         data = tuple(np.asarray(d) if type(d) is memoryview else d for d in data)
     like = None
@@ -147,7 +168,29 @@ def run(act, kind, data, params, out):
         data = tuple(np.asarray(d) if _pandas_kind(d) else d for d in data)
         r = run(act, kind, data, params, out)
         return out if out is not None else _rewrap(like, r)
-    return _module(_choose(act, data, params)).run(act, kind, data, params, out)
+    return _backend(act, data, params).run(act, kind, data, params, out)
+
+
+def _backend(act, data, params):
+    """The module of the backend :func:`_choose` picks; the first operand's type gets its
+    entry in :data:`_FAST` on the way."""
+    m = _module(_choose(act, data, params))
+    d = data[0]
+    if type(d) not in _FAST and not isinstance(d, _HOST_TYPES):
+        _note_fast(d)
+    return m
+
+
+def _note_fast(d):
+    """``_FAST[type(d)]``: the thin paths of the backend :func:`detect` gives ``d`` (not the
+    ``backend=`` keyword's: the entry serves every later call on that type)."""
+    try:
+        name = detect(d)
+    except TypeError:
+        return
+    fp = getattr(_module(name), "fast_path", None)
+    paths = fp(d) if fp is not None else None
+    _FAST[type(d)] = (name, *(paths or (None, None)))
 
 
 def backward_params(act, data, params) -> dict:
@@ -163,9 +206,18 @@ def backward_all(act, data, params, out) -> tuple:
     """``(grad_x, grads)``: the backend's one-pass version where it has one and it
     applies, else :func:`run` of "bwd" and :func:`backward_params`, with the same
     results."""
+    f = _FAST.get(type(data[0]))
+    if f is not None and f[2] is not None:
+        b = params.get("backend")
+        if b is None or b == f[0]:
+            q = dict(params)
+            q.pop("backend", None)
+            r = f[2](act, data, q, out)
+            if r is not None:
+                return r
     if not any(_array_like(d) for d in data):  # array-likes: two passes (pandas keeps its index)
         q = dict(params)
-        fused = getattr(_module(_choose(act, data, q)), "backward_all", None)
+        fused = getattr(_backend(act, data, q), "backward_all", None)
         if fused is not None:
             res = fused(act, data, q, out)
             if res is not None:
