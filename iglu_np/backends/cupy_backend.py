@@ -403,9 +403,9 @@ def run(act, kind, data, params, out):
 
 
 # --------------------------------------------------------------------------- thin path
-# The general path above costs 38-57 us of Python per call on 1,024 float32 elements on an
-# H100/H200 (_prepare's dtype rules, vector_plan, the overlap checks, empty_like) against
-# 7-11 us for cupy.negative and 7.7 us for the vector kernel's launch alone. The thin path
+# The general path above costs several times a kernel launch in Python per small call
+# (_prepare's dtype rules, vector_plan, the overlap checks, empty_like; tools/gpu_diag.py
+# and tools/gpu_host_overhead.py measure both paths). The thin path
 # takes the common case with a few attribute reads and one dict lookup, keyed by what its
 # checks decide: (activation, kind, dtype, current device). Its checks admit one layout
 # class (every operand C-contiguous, 16-byte aligned, of x's shape and dtype; out= None,
