@@ -337,6 +337,8 @@ def _compile_case():
     return f, x, s, want
 
 
+# torch's dynamo warns on Python 3.13.0 that its guards may run slower (fixed in 3.13.1)
+@pytest.mark.filterwarnings("ignore:Guards may run slower:RuntimeWarning")
 def test_torch_compile_fullgraph_keeps_each_op_opaque_forward_and_backward():
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -362,6 +364,7 @@ def test_torch_compile_fullgraph_keeps_each_op_opaque_forward_and_backward():
 @pytest.mark.slow
 # torch's inductor itself (torch 2.13) uses torch.jit.script_method, which warns.
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Guards may run slower:RuntimeWarning")
 def test_torch_compile_fullgraph_with_inductor():
     """Inductor compiles the rest of the graph around the ops (~20 s on 2 cores)."""
     f, x, s, want = _compile_case()
