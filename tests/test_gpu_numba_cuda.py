@@ -254,8 +254,20 @@ def test_unknown_kind_and_dtype_errors():
 
 
 # --------------------------------------------------------------------------- simulator
+# The simulator runs the kernels as Python (seconds per activation): a few activations
+# by default, covering the kernel shapes (parameters 0 to 4, bulk forms, float16), every
+# one with -m slow. The child runs those the session selected.
+SIM_DEFAULT = {"iglu", "gelu", "relu", "softplus", "xielu", "hardtanh", "swish"}
+
+
+def _sim_names(session) -> list:
+    names = {item.callspec.params["name"] for item in session.items
+             if item.originalname == "test_simulator_matches_cpu"}
+    return sorted(names)
+
+
 @pytest.fixture(scope="module")
-def sim_results(tmp_path_factory):
+def sim_results(tmp_path_factory, request):
     pytest.importorskip("numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]")
     out = tmp_path_factory.mktemp("sim") / "sim.npz"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
@@ -263,6 +275,7 @@ def sim_results(tmp_path_factory):
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     # IGLU_NP_SIM_ONLY=iglu,gelu restricts the child to a few activations (local runs)
     only = [n for n in os.environ.get("IGLU_NP_SIM_ONLY", "").split(",") if n]
+    only = only or _sim_names(request.session)
     r = subprocess.run(
         [sys.executable, str(HERE / "gpu_helpers_sim.py"), str(out), *only],
         env=env, capture_output=True, text=True, timeout=900,
@@ -276,7 +289,8 @@ def _case_ids():
     ids = []
     for name in sorted(REGISTRY):
         for c in ("1d_float32", "1d_float64", "2d_float32", "2d_float64", "1d_float16"):
-            ids.append((name, c))
+            ids.append((name, c) if name in SIM_DEFAULT
+                       else pytest.param(name, c, marks=pytest.mark.slow))
     return ids
 
 

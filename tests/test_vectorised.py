@@ -274,13 +274,16 @@ print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64
 """
 
 
+# Each case compiles in a child process (~6 s): the defaults of each CPU family by
+# default, the overrides with -m slow.
 @pytest.mark.parametrize("cpu,env,bits", [
     ("sapphirerapids", {}, 512),
-    ("emeraldrapids", {}, 512),
+    pytest.param("emeraldrapids", {}, 512, marks=pytest.mark.slow),
     ("sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256),
-    ("sapphirerapids", {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"}, 256),
+    pytest.param("sapphirerapids", {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"}, 256,
+                 marks=pytest.mark.slow),
     ("skylake-avx512", {}, 256),  # its clock drops on 512-bit work
-    ("skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512),
+    pytest.param("skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512, marks=pytest.mark.slow),
     ("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256),
 ])
 def test_fast_loops_vector_width(cpu, env, bits):
