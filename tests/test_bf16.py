@@ -129,13 +129,33 @@ def test_bf16_scalars_and_small_arrays():
 
 
 def test_bf16_threaded_loops_match_one_thread():
-    numba = pytest.importorskip("numba")
-    if numba.get_num_threads() < 2:
-        pytest.skip("one Numba thread")  # pragma: no cover
-    x = sample(cpu_backend.THRESHOLD + 12345)
-    want = rounded(iglu_np.relu(x.astype(np.float32)))
-    for _ in range(3):  # the first large call runs on one thread (the busy-machine guard)
-        assert_bits(iglu_np.relu(x), want)
+    """The prange loops (two Numba threads, in a child so the machine's core count does not
+    matter) give the one-thread bits."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, numba, ml_dtypes, iglu_np\n"
+        "from iglu_np.backends import cpu_backend\n"
+        "assert numba.get_num_threads() == 2\n"
+        "BF16 = np.dtype(ml_dtypes.bfloat16)\n"
+        "rng = np.random.default_rng(0)\n"
+        "n = cpu_backend.THRESHOLD + 12345\n"
+        "x = (rng.standard_normal(n) * np.exp2(rng.integers(-8, 8, n))).astype(np.float32)\n"
+        "x[:5] = [0.0, -0.0, np.inf, -np.inf, 1e-40]\n"
+        "x = x.astype(BF16)\n"
+        "want = iglu_np.relu(x.astype(np.float32)).astype(BF16)\n"
+        "for _ in range(3):  # the first large call runs on one thread (the busy-machine guard)\n"
+        "    got = iglu_np.relu(x)\n"
+        "    assert got.dtype == BF16 and (got.view(np.uint16) == want.view(np.uint16)).all()\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "ok"
 
 
 def test_bf16_rounding_matches_ml_dtypes():
