@@ -10,7 +10,10 @@
   (:func:`is_bf16`) so that this module never imports ``ml_dtypes``.
 * A float32 computation whose parameter float32 cannot hold computes in float64 and
   rounds once at the end (:func:`widened`); backends that cannot do that refuse the call
-  (:func:`f32_range_error`).
+  (:func:`f32_range_error`). The choice is made element by element: where an array
+  parameter holds both kinds of values, only its elements beyond float32 compute in
+  float64 (:func:`f32_split`), so an element's result never depends on the other
+  elements of the call (a Dask chunk gives the bits of the whole array).
 
 This module imports numpy only: :mod:`iglu_np._api` and every backend import it, and it
 imports neither.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["F16", "F32", "F64", "is_bf16", "compute_dtype", "dtype_of", "all_half",
-           "narrow_result", "beyond_f32", "widened", "f32_range_error", "unbroadcast"]
+           "narrow_result", "beyond_f32", "f32_split", "widened", "f32_range_error", "unbroadcast"]
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -109,6 +112,39 @@ def beyond_f32(vals) -> int | None:
         if a.size and ((a > F32_MAX).any() or ((a != 0) & (a < F32_TINY)).any()):
             return i
     return None
+
+
+def _beyond_mask(v):
+    a = np.abs(np.asarray(v, dtype=np.float64))
+    return (a > F32_MAX) | ((a != 0) & (a < F32_TINY))
+
+
+def f32_split(params, defaults):
+    """For a float32 call that :func:`widened` sends to float64: ``(mask, safe)`` where
+    array parameters hold values both within and beyond float32's range, else None (every
+    element computes in float64). ``mask`` (the parameters' broadcast shape) marks the
+    elements to compute in float64; ``safe`` is ``params`` with the values beyond float32
+    replaced by their defaults, for computing the other elements in float32."""
+    bad = []
+    for i, v in enumerate(params):
+        if np.ndim(v) == 0:
+            if beyond_f32([v]) is not None:
+                return None  # a scalar beyond float32: every element is beyond
+            continue
+        m = _beyond_mask(v)
+        if m.any():
+            bad.append((i, m))
+    if not bad:
+        return None
+    mask = bad[0][1]
+    for _, m in bad[1:]:
+        mask = mask | m
+    if mask.all():
+        return None
+    safe = list(params)
+    for i, m in bad:
+        safe[i] = np.where(m, defaults[i], np.asarray(params[i], dtype=np.float64))
+    return mask, safe
 
 
 def f32_range_error(act, vals, backend: str) -> None:

@@ -74,6 +74,50 @@ def test_float32_parameter_beyond_range_computes_in_float64(name, p, v):
                                np.float32([0, 1, -3.1830988e-40]), rtol=1e-6, atol=0)
 
 
+MIXED_CASES = [("iglu", "sigma", 1e39), ("softplus", "beta", 1e-39), ("swish", "beta", -1e300),
+               ("xielu", "alpha_p", 1e39)]
+
+
+def _mixed_param(act, p, v, n):
+    """n values of parameter p: in-domain values float32 holds, and v (beyond it) twice."""
+    vals = [float(t) for t in act._p.by_name[p].test_values
+            if act._p.by_name[p].contains(t) and abs(t) < 1e30 and (t == 0 or abs(t) > 1e-30)]
+    col = np.resize(np.array(vals or [act.defaults[act.param_names.index(p)]]), n)
+    col[[1, n - 2]] = v
+    return col
+
+
+@pytest.mark.parametrize("name,p,v", MIXED_CASES)
+def test_float32_parameter_array_partly_beyond_range_is_elementwise(name, p, v):
+    """Only the elements whose parameter float32 cannot hold compute in float64: each
+    element's bits are those it gets alone (a Dask chunk without such a value computes in
+    float32 and must match the whole array)."""
+    a = iglu_np.ACTIVATIONS[name]
+    rng = np.random.default_rng(3)
+    n = 11
+    x = (rng.standard_normal((5, n)) * 3).astype(np.float32)
+    g = rng.standard_normal((5, n)).astype(np.float32)
+    col = _mixed_param(a, p, v, n)
+    kinds = [("fwd", lambda x, g, **k: a(x, **k)), ("dx", lambda x, g, **k: a.dx(x, **k)),
+             ("bwd", a.backward)]
+    kinds += [("d_" + q, lambda x, g, q=q, **k: a.dparams(x, **k)[q]) for q in a.param_names]
+    with np.errstate(all="ignore"):
+        for what, f in kinds:
+            whole = f(x, g, **{p: col})
+            assert whole.dtype == np.float32
+            for j in range(n):
+                alone = f(x[:, j:j + 1], g[:, j:j + 1], **{p: col[j:j + 1]})
+                np.testing.assert_array_equal(whole[:, j:j + 1].view(np.uint32),
+                                              alone.view(np.uint32), err_msg=f"{what} column {j}")
+        out = np.empty_like(x)
+        a(x, **{p: col}, out=out)
+        np.testing.assert_array_equal(out.view(np.uint32), a(x, **{p: col}).view(np.uint32))
+        bp = a.backward_params(x, g, **{p: col})[p]
+        for j in range(n):
+            alone = a.backward_params(x[:, j:j + 1], g[:, j:j + 1], **{p: col[j:j + 1]})[p]
+            np.testing.assert_allclose(bp[j], alone[0], rtol=2e-7, err_msg=f"d_{p} column {j}")
+
+
 # ------------------------------------------- intermediates that overflow or cancel
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_no_intermediate_overflow_near_max(dtype):

@@ -132,6 +132,26 @@ def test_broadcast_params_strided_out_and_backward_params(cupy, backend):
     np.testing.assert_allclose(float(cupy.asnumpy(bps)), float(want), rtol=1e-5)
 
 
+def test_cupy_float32_parameter_array_partly_beyond_range_is_cpus_bits(cupy):
+    """Only the elements whose parameter float32 cannot hold compute in float64, on CuPy
+    as on the CPU (cupy_backend._split)."""
+    act = iglu_np.swish
+    x = np.random.default_rng(4).standard_normal((6, 9)).astype(np.float32) * 3
+    g = np.random.default_rng(5).standard_normal((6, 9)).astype(np.float32)
+    beta = np.resize(np.array([1.0, -1.0, 1.702, 0.5, -1e300, 4.0]), 9)
+    xd, gd = cupy.asarray(x), cupy.asarray(g)
+    for b in (beta, cupy.asarray(beta)):
+        _same(cupy.asnumpy(act(xd, beta=b)), act(x, beta=beta), "fwd")
+        _same(cupy.asnumpy(act.dx(xd, beta=b)), act.dx(x, beta=beta), "dx")
+        _same(cupy.asnumpy(act.backward(xd, gd, beta=b)), act.backward(x, g, beta=beta), "bwd")
+        _same(cupy.asnumpy(act.dparams(xd, beta=b)["beta"]), act.dparams(x, beta=beta)["beta"], "d_beta")
+        out = cupy.empty_like(xd)
+        act(xd, beta=b, out=out)
+        _same(cupy.asnumpy(out), act(x, beta=beta), "fwd out=")
+        np.testing.assert_allclose(cupy.asnumpy(act.backward_params(xd, gd, beta=b)["beta"]),
+                                   act.backward_params(x, g, beta=beta)["beta"], rtol=1e-6)
+
+
 def test_dispatch_and_mixing(cupy, cuda):
     x = cupy.linspace(-3, 3, 101, dtype=np.float32)
     assert isinstance(iglu_np.iglu(x), cupy.ndarray)

@@ -38,6 +38,7 @@ from .._dtypes import F32 as _F32
 from .._dtypes import F64 as _F64
 from .._dtypes import beyond_f32 as _beyond_f32
 from .._dtypes import dtype_of as _dtype_of
+from .._dtypes import f32_split as _f32_split
 from .._dtypes import is_bf16 as _is_bf16
 from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import unbroadcast as _unbroadcast
@@ -315,6 +316,16 @@ def _call_ufunc(act, kind, vals, cdt, out):
         raise TypeError(f"{act.name}: {e}") from None
 
 
+def _call_split(act, kind, vals, n_data, split):
+    """Kernel ``kind`` in float64 where :func:`iglu_np._dtypes.f32_split`'s mask says (a
+    parameter element beyond float32), in float32 elsewhere: float64 values, each element
+    as it computes alone."""
+    mask, safe = split
+    wide = _call_ufunc(act, kind, vals, _F64, None)
+    narrow = _call_ufunc(act, kind, [*vals[:n_data], *safe], _F32, None)
+    return np.where(mask, wide, narrow)
+
+
 def run(act, kind, data, params, out):
     """Kernel ``kind`` with numpy's ufunc semantics (see iglu_np.backends)."""
     vals, cdt = _prepare(act, ("x", "grad_out") if len(data) == 2 else ("x",), data, params)
@@ -337,7 +348,14 @@ def run(act, kind, data, params, out):
         if r is None:
             r = _run_buffered(act, kind, vals, cdt, out, len(data))
     if r is None:
-        r = _call_ufunc(act, kind, vals, wdt, out)
+        split = _f32_split(vals[len(data):], act.defaults) if wdt != cdt else None
+        if split is not None:
+            r = _call_split(act, kind, vals, len(data), split)
+            if out is not None:
+                np.copyto(out, r, casting="same_kind")
+                r = out
+        else:
+            r = _call_ufunc(act, kind, vals, wdt, out)
         if out is None and wdt != cdt:
             with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
                 r = r.astype(cdt)
@@ -364,8 +382,12 @@ def backward_params(act, data, params) -> dict:
         if res is not None:
             return res
     res = {}
+    split = _f32_split(vals[2:], act.defaults) if wdt != cdt else None
     for i, p in enumerate(act.param_names):
-        full = _call_ufunc(act, "bwd_" + p, vals, wdt, None)
+        if split is not None:
+            full = _call_split(act, "bwd_" + p, vals, 2, split)
+        else:
+            full = _call_ufunc(act, "bwd_" + p, vals, wdt, None)
         pshape = np.shape(vals[2 + i])
         # Summed in float64 as the loops' block sums are: a float32 sum overflowed where
         # the gradient is finite (-3e38 - 3e38 + 3e38 gave -inf).

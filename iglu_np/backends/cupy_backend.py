@@ -41,6 +41,7 @@ from .._dtypes import F32_MAX as _F32_MAX
 from .._dtypes import F32_TINY as _F32_TINY
 from .._dtypes import beyond_f32 as _beyond_f32
 from .._dtypes import compute_dtype as _compute_dtype
+from .._dtypes import f32_split as _f32_split
 from .._dtypes import is_bf16 as _is_bf16
 from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import widened
@@ -319,6 +320,23 @@ def _prepare(act, data, params):
     return cupy, arrs, cdt, odt, pargs, shape
 
 
+def _split(act, params, cdt, odt):
+    """For a float32 call computed in float64 because of a parameter: ``(mask, safe)``
+    (:func:`iglu_np._dtypes.f32_split`, the mask on the device and ``safe`` as a params
+    dict) where only some parameter elements lie beyond float32, else None."""
+    if cdt != F64 or odt == F64:
+        return None
+    import cupy
+
+    host = {k: (cupy.asnumpy(v) if _is_device(v) else v) for k, v in params.items()}
+    vals = _values(act, host)
+    split = _f32_split(vals, act.defaults)
+    if split is None:
+        return None
+    mask, safe = split
+    return cupy.asarray(mask), dict(zip(act.param_names, safe))
+
+
 def backward_all(act, data, params, out):
     """grad_x and every parameter's gradient from one read of x and grad_out (the fused
     vector kernel, :func:`cxx.fused_backward_source`) when the operands allow 128-bit
@@ -352,10 +370,17 @@ def _grad_dtype(odt):
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on CuPy arrays, reduced to its shape (in float64)."""
     cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
+    split = _split(act, params, cdt, odt)
+    if split is not None:  # float32 where the parameters allow (see run)
+        _, arrs32, _, _, pargs32, _ = _prepare(act, data, split[1])
     res = {}
     for i, p in enumerate(act.param_names):
         full = cupy.empty(shape, dtype=cdt)
         get_kernel(act.name, "bwd_" + p, cdt)(*arrs, *pargs, full)
+        if split is not None:
+            narrow = cupy.empty(shape, dtype=F32)
+            get_kernel(act.name, "bwd_" + p, F32)(*arrs32, *pargs32, narrow)
+            full = cupy.where(split[0], full, narrow.astype(F64))
         pshape = np.shape(pargs[i])
         nlead = len(shape) - len(pshape)
         axes = tuple(range(nlead)) + tuple(
@@ -389,6 +414,18 @@ def run(act, kind, data, params, out):
         # out shares memory with an operand other than as the very same view: compute into
         # a temporary and copy, numpy's buffered semantics (kernels read and write in any order)
         res = run(act, kind, data, params, None)
+        o[...] = res
+        return out
+    split = _split(act, params, cdt, odt)
+    if split is not None:
+        # an array parameter with values both within and beyond float32: float64 only for
+        # the elements beyond, each element's bits those it has alone (the CPU's rule)
+        wide = cupy.empty(shape, dtype=odt)
+        if wide.size:
+            get_kernel(name, kind, cdt)(*arrs, *pargs, wide)
+        res = cupy.where(split[0], wide, run(act, kind, data, split[1], None))
+        if o is None:
+            return res
         o[...] = res
         return out
     ddt = vector_plan(arrs, pargs, o, cdt, odt) if math.prod(shape) else None
