@@ -28,6 +28,22 @@ from iglu_np.backends import cxx
 
 ARCHS = ((8, 0), (9, 0))
 
+# The activations whose GPU code the default run compiles and compares offline (PTX, NVRTC,
+# host C++): one for each kind of code the translation meets. atan (iglu, iglu_approx),
+# erf and float64 helpers (gelu), exp (silu, swish), expm1 with a parameter (elu), log1p
+# with two parameters (softplus), hypot in float64 (squareplus), four parameters (xielu),
+# two piecewise parameters (hardtanh), piecewise without (hardswish). `-m slow` (CI runs
+# it too) checks every activation.
+GPU_DEFAULT = ("iglu", "iglu_approx", "gelu", "silu", "swish", "elu", "softplus", "squareplus",
+               "xielu", "hardtanh", "hardswish")
+
+
+def default_or_slow(names, default=GPU_DEFAULT):
+    """``names`` as pytest parameters, those outside ``default`` marked slow."""
+    import pytest
+
+    return [n if n in default else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
 # numba-cuda 0.30 overloads numpy.row_stack, which numpy 2.5 removed: there it cannot
 # compile a kernel (iglu_np.backends.cuda_toolchain says so to users), so its offline PTX
 # checks cannot run; tests/test_mlir_ptx.py compiles the kernels through numba-cuda-mlir,

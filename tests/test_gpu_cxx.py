@@ -98,8 +98,8 @@ def test_header_is_in_package_data():
 # under distinct entry names; each entry's PTX is then checked on its own. float32/float64
 # data compute in their own type; float16 data (fwd and bwd) compute in float32.
 DATA_DTYPES = ("float32", "float64", "float16")
-# The default run compiles every activation for sm_80 and this one also for sm_90 (the
-# code is the same C++; the arch only changes the back end); `-m slow` compiles them all.
+# The default run compiles gpu_helpers.GPU_DEFAULT for sm_80 and this one also for sm_90
+# (the code is the same C++; the arch only changes the back end); `-m slow` compiles them all.
 SM90_DEFAULT = "iglu"
 
 
@@ -117,7 +117,8 @@ def _program_kernels(spec, ddt):
 
 def _nvrtc_cases():
     for name in NAMES:
-        yield pytest.param(name, (8, 0), id=f"sm_80-{name}")
+        marks = () if name in H.GPU_DEFAULT else (pytest.mark.slow,)
+        yield pytest.param(name, (8, 0), id=f"sm_80-{name}", marks=marks)
         marks = () if name == SM90_DEFAULT else (pytest.mark.slow,)
         yield pytest.param(name, (9, 0), id=f"sm_90-{name}", marks=marks)
 
@@ -244,7 +245,7 @@ def _cpu_uses_vmath() -> bool:
 CROSS_ULP = 8
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", H.default_or_slow(NAMES))
 def test_host_cxx_matches_cpu(host_libs, name):
     """No FMA contraction (as Numba on the CPU): the C++ is translated from the same Python
     as the CPU ufuncs, elementary functions included, so the results agree to the last bit,
@@ -262,7 +263,7 @@ def _has_fma():
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not _has_fma(),
                     reason="needs an x86-64 CPU with FMA to mimic the GPU's contraction")
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", H.default_or_slow(NAMES))
 def test_host_cxx_with_fma_contraction_within_ulp(host_libs, name):
     """NVRTC contracts a*b+c into FMA by default: the stable forms must not depend on the
     rounding of such products (a naive IGLU is off by 196x under FMA)."""

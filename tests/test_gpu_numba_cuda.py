@@ -34,7 +34,6 @@ from iglu_np.backends import cxx
 from . import gpu_helpers as H
 
 HERE = Path(__file__).resolve().parent
-IGLU_FAMILY = ("iglu", "iglu_approx", "z_gate", "z_approx")
 
 
 def _numba_cuda_or_skip():
@@ -72,12 +71,12 @@ def _default_cases():
     out = []
     for name in sorted(REGISTRY):
         spec = REGISTRY[name]
-        if name in IGLU_FAMILY and name in ("iglu", "iglu_approx"):
+        if name == "iglu":
             for kind in _kinds(spec):
                 for dt in ("float32", "float64"):
                     out.append((name, kind, dt, (9, 0)))
             out += [(name, "fwd", "float32", (8, 0)), (name, "bwd", "float32", (8, 0))]
-        else:
+        elif name in H.GPU_DEFAULT:
             out += [(name, "fwd", "float32", (9, 0)), (name, "bwd", "float32", (9, 0))]
     return out
 
@@ -257,7 +256,7 @@ def test_unknown_kind_and_dtype_errors():
 # The simulator runs the kernels as Python (seconds per activation): a few activations
 # by default, covering the kernel shapes (parameters 0 to 4, bulk forms, float16), every
 # one with -m slow. The child runs those the session selected.
-SIM_DEFAULT = {"iglu", "gelu", "relu", "softplus", "xielu", "hardtanh", "swish"}
+SIM_DEFAULT = {"iglu", "relu", "softplus", "xielu", "hardtanh", "swish"}
 
 
 def _sim_names(session) -> list:

@@ -47,7 +47,7 @@ def _assert_f16_narrows_in_pairs(ptx, v):
     assert found.count("cvt.rn.f16.f32") == 1 and found.count("cvt.rn.f16x2.f32") >= v.lanes // 2, (v.name, found)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", H.default_or_slow(NAMES))
 def test_vector_kernels_compile_to_128_bit_accesses(nvrtc, name):
     spec = REGISTRY[name]
     for ddt in ("float16", "float32", "float64"):
@@ -327,7 +327,7 @@ def test_vector_plan_takes_only_contiguous_aligned_same_layout():
 WITH_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params)
 
 
-@pytest.mark.parametrize("name", WITH_PARAMS)
+@pytest.mark.parametrize("name", H.default_or_slow(WITH_PARAMS))
 def test_fused_backward_compiles_to_128_bit_accesses(nvrtc, name):
     spec = REGISTRY[name]
     for ddt in ("float16", "float32", "float64"):

@@ -44,6 +44,7 @@ def test_mlir_compiles_every_kernel_offline():
 VEC = re.compile(r"^VEC (\w+) (\w+) (float16|float32|float64): vld=(\d+) vst=(\d+) ld=(\d+) local=(True|False) ")
 
 
+@pytest.mark.slow
 def test_mlir_compiles_the_vector_form_offline():
     """The thin path's kernels (vector form on raw pointers) under numba-cuda-mlir: 16-byte
     loads and stores for float32 and float64 (one per input and step; the tail's scalar

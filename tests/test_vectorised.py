@@ -240,10 +240,9 @@ def _known_scalar_on(cpu):
 # xIELU's and CELU's float64 forwards: written with branches, LLVM's cost model for Intel's
 # AVX-512 targets (skylake-avx512 .. emeraldrapids) keeps them scalar (about 3x slower than
 # as selects), where znver4 and haswell vectorise them. Each CPU is a fresh process compiling
-# three activations (~45 s on one core): the default run takes skylake-avx512 (the cost
-# model that keeps those loops scalar), the slow one all.
-@pytest.mark.parametrize("cpu", [c if c == "skylake-avx512" else pytest.param(c, marks=pytest.mark.slow)
-                                 for c in CPUS])
+# three activations (~45 s on one core): with -m slow (CI runs it too).
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", CPUS)
 def test_detector_and_some_loops_on_other_cpus(cpu):
     _probe(cpu, ["iglu", "xielu", "celu"])
 
@@ -274,17 +273,18 @@ print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64
 """
 
 
-# Each case compiles in a child process (~6 s): the defaults of each CPU family by
-# default, the overrides with -m slow.
+# Each case compiles in a child process (~6 s): an AVX-512 target's 512-bit and
+# skylake-avx512's 256-bit defaults by default; the other CPUs and the overrides with
+# -m slow.
 @pytest.mark.parametrize("cpu,env,bits", [
     ("sapphirerapids", {}, 512),
     pytest.param("emeraldrapids", {}, 512, marks=pytest.mark.slow),
-    ("sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256),
+    pytest.param("sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256, marks=pytest.mark.slow),
     pytest.param("sapphirerapids", {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"}, 256,
                  marks=pytest.mark.slow),
     ("skylake-avx512", {}, 256),  # its clock drops on 512-bit work
     pytest.param("skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512, marks=pytest.mark.slow),
-    ("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256),
+    pytest.param("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256, marks=pytest.mark.slow),
 ])
 def test_fast_loops_vector_width(cpu, env, bits):
     res = _compile_for(cpu, _WIDTH_PROBE, env)
