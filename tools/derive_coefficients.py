@@ -20,6 +20,7 @@ on the Horner sum's relative condition.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +69,31 @@ def _var(center) -> str:
     return f"(v - {_num(center)})" if center > 0 else f"(v + {_num(-center)})"
 
 
+# mpmath 1.4 deprecates coefficients in descending order (asc=True asks for ascending);
+# older versions take only descending ones.
+_ASC = "asc" in inspect.signature(mp.polyval).parameters
+
+
+def chebyfit_asc(f, interval, n, error=False):
+    """``mpmath.chebyfit``'s coefficients in ascending order (with its error estimate
+    where ``error``)."""
+    if _ASC:
+        return mp.chebyfit(f, interval, n, error=error, asc=True)
+    r = mp.chebyfit(f, interval, n, error=error)
+    return (r[0][::-1], r[1]) if error else r[::-1]
+
+
+def polyval_asc(cs, x):
+    """sum cs[k] x^k (``cs`` in ascending order)."""
+    return mp.polyval(cs, x, asc=True) if _ASC else mp.polyval(cs[::-1], x)
+
+
 def fit(name, f, interval, degree, center=0, measure=True) -> Table:
     """f(v) ~ sum c_k (v - center)^k on ``interval``, c_k in ascending order."""
     a0, b0 = interval
-    poly, err = mp.chebyfit(lambda s: f(s + center), [a0 - center, b0 - center], degree + 1, error=True)
+    poly, err = chebyfit_asc(lambda s: f(s + center), [a0 - center, b0 - center], degree + 1, error=True)
     form = f"degree {degree} in {_var(center)} on [{_num(a0)}, {_num(b0)}]"
-    texts = tuple(mp.nstr(c, 20, min_fixed=-1, max_fixed=1) for c in reversed(poly))
+    texts = tuple(mp.nstr(c, 20, min_fixed=-1, max_fixed=1) for c in poly)
     if not measure:
         return Table(name, form, texts)
     # relative error on a dense grid
@@ -82,10 +102,10 @@ def fit(name, f, interval, degree, center=0, measure=True) -> Table:
     for i in range(2001):
         v = a + (b - a) * mp.mpf(i) / 2000
         fv = f(v)
-        pv = mp.polyval(poly, v - center)
+        pv = polyval_asc(poly, v - center)
         worst = max(worst, abs(pv - fv) / abs(fv))
     cond = sum(abs(c) * max(abs(a - center), abs(b - center)) ** k
-               for k, c in enumerate(reversed(poly))) / min(abs(f(a)), abs(f(b)))
+               for k, c in enumerate(poly)) / min(abs(f(a)), abs(f(b)))
     error = f"max rel error {mp.nstr(worst, 3)}, Horner condition <= {mp.nstr(cond, 3)}"
     return Table(name, form, texts, error)
 
@@ -102,7 +122,7 @@ def fit_seq(name, f, interval, degree, npts=300, dtype="float32", measure=True) 
     a, b = (mp.mpf(v) for v in interval)
     nodes = [(a + b) / 2 + (b - a) / 2 * mp.cos(mp.pi * (i + mp.mpf(0.5)) / npts) for i in range(npts)]
     fv = [f(q) for q in nodes]
-    cs = [mp.mpf(c) for c in reversed(mp.chebyfit(f, [a, b], degree + 1))][:1]
+    cs = [mp.mpf(c) for c in chebyfit_asc(f, [a, b], degree + 1)][:1]
     while len(cs) < degree + 1:
         k, m = len(cs), degree + 1 - len(cs)
         A, y = mp.matrix(npts, m), mp.matrix(npts, 1)
@@ -120,7 +140,7 @@ def fit_seq(name, f, interval, degree, npts=300, dtype="float32", measure=True) 
     worst = mp.mpf(0)
     for i in range(2001):
         q = a + (b - a) * mp.mpf(i) / 2000
-        worst = max(worst, abs(mp.polyval(cs[::-1], q) / f(q) - 1))
+        worst = max(worst, abs(polyval_asc(cs, q) / f(q) - 1))
     return Table(name, form, texts, f"max rel error {mp.nstr(worst, 3)}", c0)
 
 
