@@ -108,13 +108,13 @@ def beyond_f32(vals) -> int | None:
             if a > F32_MAX or (a != 0 and a < F32_TINY):
                 return i
             continue
-        a = np.abs(np.asarray(v, dtype=np.float64))
-        if a.size and ((a > F32_MAX).any() or ((a != 0) & (a < F32_TINY)).any()):
+        if _beyond_mask(v).any():
             return i
     return None
 
 
 def _beyond_mask(v):
+    """Which elements of ``v`` float32 cannot hold (as :func:`beyond_f32` decides)."""
     a = np.abs(np.asarray(v, dtype=np.float64))
     return (a > F32_MAX) | ((a != 0) & (a < F32_TINY))
 

@@ -274,7 +274,8 @@ def _check_bf16(cupy, name):
 
 def _prepare(act, data, params):
     """CuPy operands, compute dtype, output dtype, parameter arguments (scalars or device
-    arrays in the compute dtype, validated) and the broadcast shape."""
+    arrays in the compute dtype, validated), the broadcast shape and the float32 split
+    (None, or the mask and params of :func:`iglu_np._dtypes.f32_split`; see run)."""
     import cupy
 
     name = act.name
@@ -317,24 +318,12 @@ def _prepare(act, data, params):
         shape = np.broadcast_shapes(*shapes)
     except ValueError:
         raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
-    return cupy, arrs, cdt, odt, pargs, shape
-
-
-def _split(act, params, cdt, odt):
-    """For a float32 call computed in float64 because of a parameter: ``(mask, safe)``
-    (:func:`iglu_np._dtypes.f32_split`, the mask on the device and ``safe`` as a params
-    dict) where only some parameter elements lie beyond float32, else None."""
-    if cdt != F64 or odt == F64:
-        return None
-    import cupy
-
-    host = {k: (cupy.asnumpy(v) if _is_device(v) else v) for k, v in params.items()}
-    vals = _values(act, host)
-    split = _f32_split(vals, act.defaults)
-    if split is None:
-        return None
-    mask, safe = split
-    return cupy.asarray(mask), dict(zip(act.param_names, safe))
+    # a float32 call widened by an array parameter only some of whose values lie beyond
+    # float32: (the mask of those elements on the device, the params with the others)
+    split = _f32_split(vals, act.defaults) if cdt != rdt else None
+    if split is not None:
+        split = cupy.asarray(split[0]), dict(zip(act.param_names, split[1]))
+    return cupy, arrs, cdt, odt, pargs, shape, split
 
 
 def backward_all(act, data, params, out):
@@ -343,7 +332,7 @@ def backward_all(act, data, params, out):
     accesses and every parameter is a scalar; None otherwise (two passes then)."""
     if not act.param_names:
         return None
-    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
+    cupy, arrs, cdt, odt, pargs, shape, _ = _prepare(act, data, params)
     o = _as_cupy(cupy, out[0] if isinstance(out, tuple) else out) if out is not None else None
     if o is not None and _overlaps(cupy, o, arrs):
         return None  # the two-pass path buffers it
@@ -369,10 +358,9 @@ def _grad_dtype(odt):
 
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on CuPy arrays, reduced to its shape (in float64)."""
-    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
-    split = _split(act, params, cdt, odt)
+    cupy, arrs, cdt, odt, pargs, shape, split = _prepare(act, data, params)
     if split is not None:  # float32 where the parameters allow (see run)
-        _, arrs32, _, _, pargs32, _ = _prepare(act, data, split[1])
+        _, arrs32, _, _, pargs32, _, _ = _prepare(act, data, split[1])
     res = {}
     for i, p in enumerate(act.param_names):
         full = cupy.empty(shape, dtype=cdt)
@@ -395,7 +383,7 @@ def backward_params(act, data, params) -> dict:
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
     name = act.name
-    cupy, arrs, cdt, odt, pargs, shape = _prepare(act, data, params)
+    cupy, arrs, cdt, odt, pargs, shape, split = _prepare(act, data, params)
     if out is not None:
         if isinstance(out, tuple):
             if len(out) != 1:
@@ -416,7 +404,6 @@ def run(act, kind, data, params, out):
         res = run(act, kind, data, params, None)
         o[...] = res
         return out
-    split = _split(act, params, cdt, odt)
     if split is not None:
         # an array parameter with values both within and beyond float32: float64 only for
         # the elements beyond, each element's bits those it has alone (the CPU's rule)
