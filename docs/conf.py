@@ -20,11 +20,14 @@ version = release = iglu_np.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
-    "sphinx.ext.mathjax",
     "numpydoc",
     "myst_parser",
     "activation_pages",
+    "mathml",
 ]
+# Formulas are MathML written at build time (docs/_ext/mathml.py): the pages typeset
+# their math with no script and no network.
+html_math_renderer = "mathml"
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "data", "Thumbs.db", ".DS_Store"]

@@ -28,7 +28,7 @@ def tail_index(x, k=None, tail: str = "both") -> TailIndex:
         \hat\gamma = \frac{1}{k}\sum_{i=1}^{k} \log\frac{X_{(i)}}{X_{(k+1)}},
         \qquad \hat\alpha = 1/\hat\gamma
 
-    where :math:`X_{(1)} \ge X_{(2)} \ge \dots` are the sorted magnitudes. Heavy tails give a
+    where :math:`X_{(1)} \ge X_{(2)} \ge \ldots` are the sorted magnitudes. Heavy tails give a
     small alpha (Cauchy: 1, Student-t with nu degrees of freedom: nu); light tails give a
     large alpha that keeps growing with the sample size (Gaussian: no finite tail index).
 
