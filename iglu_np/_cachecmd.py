@@ -3,8 +3,8 @@
 
 The cache holds, per activation, a generated Python module and Numba's compiled code for
 it (the ufuncs and the fast path's loops). It lives in ``IGLU_NP_CACHE_DIR`` when that
-is set, else ``$XDG_CACHE_HOME/iglu_np``, else ``~/.cache/iglu_np``, else a per-user
-temporary directory (the first one that can be used). Deleting it is always safe: the
+is set, else ``$NUMBA_CACHE_DIR/iglu_np``, else ``$XDG_CACHE_HOME/iglu_np``, else
+``~/.cache/iglu_np``, else a per-user temporary directory (the first one that can be used). Deleting it is always safe: the
 next call of each activation compiles it again (``iglu-np warmup`` does that ahead).
 
 Examples::

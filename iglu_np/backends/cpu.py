@@ -216,12 +216,18 @@ def kernel_hash(spec, extra: tuple = (), read=None) -> str:
 
 
 def _candidates() -> list:
-    """Cache roots in order of preference: IGLU_NP_CACHE_DIR, else $XDG_CACHE_HOME/iglu_np;
-    then ~/.cache/iglu_np and a per-user temporary directory."""
-    base = os.environ.get("IGLU_NP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    """Cache roots in order of preference: IGLU_NP_CACHE_DIR, else $NUMBA_CACHE_DIR/iglu_np,
+    else $XDG_CACHE_HOME/iglu_np; then ~/.cache/iglu_np and a per-user temporary directory.
+    The first two name where a user wants compiled code to go (IGLU_NP_CACHE_DIR for
+    iglu_np alone, so it wins); XDG_CACHE_HOME is every program's cache."""
     out = []
-    if base:
-        out.append(Path(base) / ("" if os.environ.get("IGLU_NP_CACHE_DIR") else "iglu_np"))
+    if os.environ.get("IGLU_NP_CACHE_DIR"):
+        out.append(Path(os.environ["IGLU_NP_CACHE_DIR"]))
+    else:
+        for var in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+            if os.environ.get(var):
+                out.append(Path(os.environ[var]) / "iglu_np")
+                break
     out.append(Path.home() / ".cache" / "iglu_np")
     out.append(Path(tempfile.gettempdir()) / f"iglu_np-{os.getuid() if hasattr(os, 'getuid') else 'u'}")
     return out
