@@ -89,3 +89,31 @@ def test_bars_in_plain_docstring_text_are_escaped_but_not_in_math_or_literals():
     assert lines[0] == r"Softsign x/(1 + \|x\|)."
     assert lines[4] == "    f = |x|" and lines[6] == "uses ``|x|`` here"
     assert lines[-1] == ">>> abs(-1)  # |x|"
+
+
+mathml = pytest.importorskip("mathml", reason="needs the docs extra (sphinx)")
+
+
+@pytest.mark.parametrize("name", iglu_np.ACTIVATIONS)
+def test_every_formula_typesets_as_mathml(name):
+    spec = iglu_np.get(name).spec
+    for tex in filter(None, (spec.formula, spec.derivative_formula)):
+        assert mathml.latex2mathml.tex2mathml(tex).startswith("<math"), tex
+
+
+def test_built_page_carries_mathml_and_loads_no_script(tmp_path):
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'docs' / '_ext')!r})\n"
+        "extensions = ['mathml']\nhtml_math_renderer = 'mathml'\n")
+    (src / "index.rst").write_text(
+        "Page\n====\n\nInline :math:`x\\sigma`.\n\n.. math::\n\n   \\frac{1}{\\pi}\\arctan(x)\n")
+    app = Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"),
+                 "html", status=None, warning=None, warningiserror=True)
+    app.build()
+    html = (tmp_path / "html" / "index.html").read_text()
+    assert html.count("<math") == 2 and "mathjax" not in html.lower()
+    assert "\\arctan" not in html and "\\(" not in html

@@ -80,10 +80,9 @@ def _ll():
         if not ll.address_of_symbol("numba_gil_ensure"):
             tm = ll.Target.from_default_triple().create_target_machine(
                 reloc="default", codemodel="jitdefault")
-            try:
-                mod = ll.parse_assembly(_GIL_IR.format(p="ptr"))
-            except RuntimeError:
-                mod = ll.parse_assembly(_GIL_IR.format(p="i32*"))
+            # (LLVM 14 parses "ptr" too, but prints a warning to stderr first)
+            p = "ptr" if ll.llvm_version_info >= (15,) else "i32*"
+            mod = ll.parse_assembly(_GIL_IR.format(p=p))
             ee = ll.create_mcjit_compiler(mod, tm)
             ee.finalize_object()
             _keep.append(ee)
