@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from iglu_np import bench_gpu
+from iglu_np.cli import bench_gpu
 
 
 def test_without_cupy_or_gpu_the_cli_says_why():
@@ -95,7 +95,7 @@ def test_gpu_bench_runs_on_a_gpu():
 
 
 def test_cpu_bench_says_when_the_machine_is_not_quiet():
-    from iglu_np import bench
+    from iglu_np.cli import bench
 
     data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [{"dtype": "float32", "n": 10**6}],
             "rows": [{"activation": "identity", "pass": "fwd", "dtype": "float32", "n": 10**6,
@@ -111,7 +111,7 @@ def test_cpu_bench_says_when_the_machine_is_not_quiet():
 
 def test_cpu_bench_says_when_the_guard_sent_kernels_to_one_thread():
     # threaded figures that include one-thread calls describe the machine's load
-    from iglu_np import bench
+    from iglu_np.cli import bench
 
     data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [], "rows": [], "spread": 1.1,
             "guard_trips": 0}
@@ -132,7 +132,7 @@ def test_the_gpu_backward_limit_kernel_compiles(nvrtc):
 
 
 def test_cpu_bench_flags_cpu_speed_and_memory_drift_during_the_run():
-    from iglu_np import bench
+    from iglu_np.cli import bench
 
     lim = {"dtype": "float64", "n": 10**6, "copy_runs": [1.0, 1.1], "two_in_one_out_runs": [2.0, 2.1]}
     data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [lim],
@@ -149,7 +149,7 @@ def test_cpu_bench_flags_cpu_speed_and_memory_drift_during_the_run():
 
 
 def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
-    from iglu_np import bench
+    from iglu_np.cli import bench
 
     data = bench.run(["relu"], sizes=(20_000,), repeats=2, min_time=0.0, torch=False)
     assert len(data["canary"]) == 3 and min(data["canary"]) > 0  # before, identity, relu
@@ -162,7 +162,7 @@ def test_cpu_bench_run_records_the_canary_and_both_limit_measurements():
 def test_quiet_check_takes_limits_without_both_measurements():
     # JSON written without the drift check (no *_runs), mixed with limits that have it: no
     # drift figure from the former, and no comparison of None
-    from iglu_np import bench
+    from iglu_np.cli import bench
 
     old = {"dtype": "float32", "n": 10**4, "copy": 1.0, "two_in_one_out": 2.0}
     new = dict(old, n=10**6, copy_runs=[1.0, 1.2], two_in_one_out_runs=[2.0, 2.0])

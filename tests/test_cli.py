@@ -91,7 +91,7 @@ def _fake_clf(curve, max_iter, stopped=False):
 
 
 def test_train_says_when_it_stopped_at_the_epoch_limit_still_improving():
-    from iglu_np.nn.cli import EPOCHS, not_converged_note
+    from iglu_np.cli.train import EPOCHS, not_converged_note
 
     falling = [1.0 / (i + 1) for i in range(30)]
     note = not_converged_note(_fake_clf(falling, 30))

@@ -60,7 +60,7 @@ _CHILD = textwrap.dedent("""
         del numpy.row_stack
         numpy.__all__ = [n for n in numpy.__all__ if n != "row_stack"]
     import iglu_np
-    from iglu_np._info import backend_status
+    from iglu_np.cli.info import backend_status
     ok, why = backend_status()["numba_cuda"]
     print("INFO", ok, why)
     try:

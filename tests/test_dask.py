@@ -342,7 +342,7 @@ def test_backend_keyword_forces_dask():
 
 
 def test_info_reports_dask():
-    from iglu_np._info import backend_status
+    from iglu_np.cli.info import backend_status
 
     usable, detail = backend_status()["dask"]
     assert usable and "dask" in detail

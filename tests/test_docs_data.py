@@ -118,7 +118,7 @@ def test_check_fails_when_a_bench_figure_changes_or_a_plot_is_missing(copies):
 
 
 def test_a_gpu_bench_file_gets_its_own_section_and_plot(copies):
-    # the shape `iglu-np bench --device gpu --json` writes (iglu_np/bench_gpu.py), with the
+    # the shape `iglu-np bench --device gpu --json` writes (iglu_np/cli/bench_gpu.py), with the
     # provenance record-bench adds; the figures are made up for the test
     data, docs = copies
     names = list(iglu_np.ACTIVATIONS)

@@ -493,7 +493,7 @@ def test_bf16_arrays_are_recognised_by_name():
 
 
 def test_gpu_bench_takes_bf16():
-    from iglu_np import bench_gpu
+    from iglu_np.cli import bench_gpu
 
     assert bench_gpu.data_dtype("bfloat16") == BF16 and bench_gpu.data_dtype("float16") == np.float16
     with pytest.raises(ValueError, match="bfloat16"):

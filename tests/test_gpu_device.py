@@ -168,7 +168,7 @@ def test_dispatch_and_mixing(cupy, cuda):
 
 
 def test_info_reports_gpu_backends_usable(cupy, cuda):
-    from iglu_np._info import backend_status
+    from iglu_np.cli.info import backend_status
 
     st = backend_status()
     assert st["cupy"][0] and st["numba_cuda"][0], st

@@ -1,6 +1,7 @@
 """No import cycle inside iglu_np (lazy imports inside functions count): the dtype rules
 live in ``_dtypes`` and parameter validation in ``_params``, which import no backend, and
-no backend (the dispatcher included) imports ``_api``."""
+no backend (the dispatcher included) imports ``_api``; nothing outside ``iglu_np.cli``
+imports the commands."""
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,17 @@ def test_no_backend_imports_api_and_dtypes_imports_nothing_of_ours():
     # the public objects reach the backends through the dispatcher alone
     assert [t for t in dict(graph["iglu_np._api"]) if t.startswith("iglu_np.backends")] == [
         "iglu_np.backends"]
+
+
+def test_only_the_command_line_imports_its_commands():
+    graph = import_graph.edges(import_graph.modules())
+    for mod, targets in graph.items():
+        if mod == "iglu_np.cli" or mod.startswith("iglu_np.cli.") or mod == "iglu_np.__main__":
+            continue
+        cli = [t for t, _ in targets if t == "iglu_np.cli" or t.startswith("iglu_np.cli.")]
+        assert cli == [], mod
+    # the commands are where the tool finds them
+    assert {"iglu_np.cli.info", "iglu_np.cli.bench", "iglu_np.cli.train"} <= set(graph)
 
 
 def test_tool_finds_a_lazy_cycle(tmp_path):

@@ -294,7 +294,7 @@ def test_cupy_fit_matches_the_cpu_fit(cls):
 def test_bench_trainer_epochs_runs_on_the_stand_in(device):
     """The GPU bench's trainer row, its plumbing checked on the stand-in (the torch half
     needs a GPU: it is left out here)."""
-    from iglu_np import bench_gpu
+    from iglu_np.cli import bench_gpu
 
     fake = sys.modules["cupy"]
     gen = np.random.default_rng(0)

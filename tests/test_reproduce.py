@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np import reproduce
+from iglu_np.cli import reproduce
 
 
 def test_naive_float32_gradient_loses_sign_and_ours_does_not():
@@ -150,7 +150,8 @@ def test_quick_help_says_what_the_runs_do_not_how_long_they_take():
     import argparse
     import re
 
-    from iglu_np import bench, cli
+    from iglu_np import cli
+    from iglu_np.cli import bench
     from iglu_np.nn.experiments import SETTINGS
 
     def quick_help(module):

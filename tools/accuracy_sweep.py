@@ -120,7 +120,7 @@ def tasks(names) -> list:
 
 
 def machine() -> str:
-    from iglu_np.bench import _cpu_name
+    from iglu_np.cli.bench import _cpu_name
 
     try:
         import llvmlite.binding as ll

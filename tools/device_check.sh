@@ -70,7 +70,7 @@ log "bench float32 rc=$?"
 log "bench float16,float64 rc=$?"
 $PY - "$OUT" <<'EOF' > "$OUT/bench.md" 2>&1
 import json, sys
-from iglu_np import bench_gpu
+from iglu_np.cli import bench_gpu
 for f in ("bench_f32.json", "bench_f16_f64.json"):
     try:
         print(bench_gpu.markdown(json.load(open(f"{sys.argv[1]}/{f}"))), "\n")

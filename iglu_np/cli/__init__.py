@@ -1,6 +1,7 @@
-"""The ``iglu-np`` command line (also ``python -m iglu_np``).
+"""The ``iglu-np`` command line (also ``python -m iglu_np`` and ``python -m iglu_np.cli``).
 
-Sub-commands live in their own modules and only the one named on the command line is
+Each sub-command is one module of this package (``info``, ``bench`` with ``bench_gpu``,
+``train``, ``reproduce``, ``warmup``, ``cache``) and only the one named on the command line is
 imported (``iglu-np --help`` imports none of them, nor Numba, scikit-learn or
 matplotlib); each module exposes ``add_arguments(parser)`` and ``main(args) -> int``.
 """
@@ -16,12 +17,12 @@ DESCRIPTION = "IGLU and the activation zoo as fast, accurate numpy ufuncs: comma
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "info": ("iglu_np._info", "list the activations, their parameters, the usable backends and versions"),
-    "bench": ("iglu_np.bench", "measure the paper's speed table (Table 1) on this machine"),
-    "train": ("iglu_np.nn.cli", "train the numpy MLP on a dataset with any activation"),
-    "reproduce": ("iglu_np.reproduce", "regenerate the paper's figures and tables into a report"),
-    "warmup": ("iglu_np._warmup", "compile activations into the kernel cache ahead of their first call"),
-    "cache": ("iglu_np._cachecmd", "show where the compiled kernels are cached and their size, or clear them"),
+    "info": ("iglu_np.cli.info", "list the activations, their parameters, the usable backends and versions"),
+    "bench": ("iglu_np.cli.bench", "measure the paper's speed table (Table 1) on this machine"),
+    "train": ("iglu_np.cli.train", "train the numpy MLP on a dataset with any activation"),
+    "reproduce": ("iglu_np.cli.reproduce", "regenerate the paper's figures and tables into a report"),
+    "warmup": ("iglu_np.cli.warmup", "compile activations into the kernel cache ahead of their first call"),
+    "cache": ("iglu_np.cli.cache", "show where the compiled kernels are cached and their size, or clear them"),
 }
 
 EPILOG = """\
@@ -86,6 +87,3 @@ def main(argv=None) -> int:
         return 0
     return int(mod.main(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -112,7 +112,7 @@ def _parse_params(items):
 
 def load_data(spec: str):
     if spec == "digits":
-        from .data import load_digits
+        from ..nn.data import load_digits
 
         return load_digits()
     if not os.path.exists(spec):
@@ -138,8 +138,8 @@ def not_converged_note(clf) -> str | None:
 
 
 def main(args) -> int:
-    from .data import balanced_accuracy, long_tailed_subsample, per_class_recall, stratified_split
-    from .estimator import MLPClassifier
+    from ..nn.data import balanced_accuracy, long_tailed_subsample, per_class_recall, stratified_split
+    from ..nn.estimator import MLPClassifier
 
     X, y = load_data(args.data)
     tr, te = stratified_split(y, args.test_size, random_state=args.seed)

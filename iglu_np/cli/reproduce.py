@@ -316,7 +316,7 @@ def speed_section(quick: bool) -> str:
 
 
 def table4_section(quick: bool, out: Path):
-    from .nn import experiments
+    from ..nn import experiments
 
     res = experiments.long_tailed_digits(quick=quick, out_dir=str(out), progress=True)
     return experiments.markdown_table(res), res
@@ -325,11 +325,11 @@ def table4_section(quick: bool, out: Path):
 def tail_index_section(t4: dict | None, quick: bool) -> str:
     """Hill tail index of each hidden layer's pre-activations of trained IGLU MLPs, one per
     sigma of the paper's grid, on the most imbalanced digits split, beside its accuracy."""
-    from .nn import MLPClassifier, Tensor, no_grad
-    from .nn.data import balanced_accuracy, load_digits, long_tailed_subsample, stratified_split
-    from .nn.experiments import fixed_budget
-    from .nn.layers import Linear
-    from .stats import tail_index
+    from ..nn import MLPClassifier, Tensor, no_grad
+    from ..nn.data import balanced_accuracy, load_digits, long_tailed_subsample, stratified_split
+    from ..nn.experiments import fixed_budget
+    from ..nn.layers import Linear
+    from ..stats import tail_index
 
     rho = 100.0
     setting = (t4 or {}).get("setting", {})

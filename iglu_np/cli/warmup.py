@@ -44,9 +44,9 @@ def warm(name: str, dtypes=DTYPES) -> dict:
     import numpy as np
 
     t, c = time.perf_counter(), time.process_time()
-    from . import get
-    from ._kinds import Kind
-    from .backends import cpu, cpu_backend, cpu_fast
+    from .. import get
+    from .._kinds import Kind
+    from ..backends import cpu, cpu_backend, cpu_fast
 
     act = get(name)
     for kind in cpu.kernel_kinds(act.spec):
@@ -103,8 +103,8 @@ def main(args) -> int:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    from . import ACTIVATIONS, get
-    from .backends import cpu
+    from .. import ACTIVATIONS, get
+    from ..backends import cpu
 
     names = list(dict.fromkeys(args.names)) or list(ACTIVATIONS)
     for n in names:

@@ -12,7 +12,7 @@ def add_arguments(p):
 
 def backend_status() -> dict:
     """Backend name -> (usable, reason). Importing a GPU backend never needs a GPU."""
-    from . import backends
+    from .. import backends
 
     out = {}
     for name, path in backends.BACKENDS.items():
@@ -36,7 +36,8 @@ def versions() -> dict:
 
 
 def main(args) -> int:
-    from . import ACTIVATIONS, ALIASES, _cachecmd
+    from .. import ACTIVATIONS, ALIASES
+    from . import cache
 
     info = {
         "activations": {
@@ -46,7 +47,7 @@ def main(args) -> int:
         "aliases": {a: {"activation": t, "params": dict(p)} for a, (t, p) in ALIASES.items()},
         "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
         "versions": versions(),
-        "cache": _cachecmd.describe(),
+        "cache": cache.describe(),
     }
     if args.json:
         import json
@@ -67,5 +68,5 @@ def main(args) -> int:
     for k, d in info["backends"].items():
         print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")
     print("\nversions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
-    print("\nkernel cache: " + _cachecmd.text(info["cache"]).replace("\n", "\n  "))
+    print("\nkernel cache: " + cache.text(info["cache"]).replace("\n", "\n  "))
     return 0

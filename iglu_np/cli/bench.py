@@ -169,7 +169,7 @@ def machine_info() -> dict:
     import numba
 
     import iglu_np
-    from .backends import cpu_backend
+    from ..backends import cpu_backend
 
     info = {
         "python": platform.python_version(),
@@ -250,7 +250,7 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             if torch:
                 raise
     pcopy, pmul = _limits()
-    from .backends import cpu_fast
+    from ..backends import cpu_fast
 
     trips0 = cpu_fast.guard_trips
     cc = np.linspace(-5.0, 5.0, _CANARY_N)
@@ -333,7 +333,7 @@ def _load() -> float:
 
 def _torch_times(th, name, tx, tg, to, repeats, min_time):
     """torch forward (out= where the op has an out variant) and autograd fwd+bwd."""
-    from ._spec import REGISTRY
+    from .._spec import REGISTRY
 
     F = th.nn.functional
     op = REGISTRY[name].torch  # the spec's torch equivalent: a torch.nn.functional name,
