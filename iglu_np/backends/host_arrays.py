@@ -7,7 +7,8 @@ by the dispatcher as numpy arrays, and the results handed back as the type of th
 such operand, the convention of scipy.special's and scikit-learn's array-API dispatch:
 ``torch.from_numpy``; ``jax.device_put``, which keeps a buffer aligned to 64 bytes
 without a copy (float32/float64 results are computed into one); the input namespace's
-``from_dlpack`` (a numpy array where the input has no ``__array_namespace__``).
+``from_dlpack`` (a numpy array where the input has no ``__array_namespace__``). JAX
+without its 64-bit mode holds a float64 result (of integer input) as float32.
 Parameters may be such arrays too; ``backward_params``' gradients come back as the
 input's type. ``out=`` writes into a torch tensor or a writable DLPack array in place;
 JAX arrays are immutable, so ``out=`` on one is refused.
