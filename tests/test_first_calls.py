@@ -58,3 +58,44 @@ def test_large_calls_never_compile_after_the_first(tmp_path, op):
                            IGLU_NP_PARALLEL_THRESHOLD="65536")
     assert counts[0] > 0 and set(counts) == {counts[0]}, counts
     assert same
+
+
+HOT_CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import iglu_np
+    from iglu_np.backends import cpu, cpu_backend
+    x = np.linspace(-4, 4, 10).astype(np.float32)
+    first = iglu_np.relu(x)
+    for _ in range(cpu_backend.WARM_CALLS - 1):
+        iglu_np.relu(x)
+    numba_before = "numba" in sys.modules
+    hot = iglu_np.relu(x)
+    from iglu_np.backends import cpu_fast
+    loop = cpu_fast._module(iglu_np.relu.spec).loop_fwd
+    def no_ufunc(*a, **k):
+        raise AssertionError("a hot small call took the ufunc")
+    cpu.get_ufunc = no_ufunc
+    later = iglu_np.relu(x)
+    print(numba_before, ("relu", "fwd", "f", None) in cpu_fast.plans,
+          sum(loop.stats.cache_hits.values()), sum(loop.stats.cache_misses.values()),
+          np.array_equal(first, hot) and np.array_equal(first, later))
+""")
+
+
+def test_a_process_of_small_calls_alone_moves_to_the_cached_loop(tmp_path):
+    """The steady state of small calls does not depend on what else the process called
+    (issue 54): with the loop in the disk cache, the first WARM_CALLS small calls take the
+    ufunc without importing Numba, the next loads the loop from the cache (a hit, no
+    compile) and later calls run it, with the same bits."""
+    env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("IGLU_NP_FAST_NOCACHE", None)
+    env.pop("IGLU_NP_FAST_WARM_CALLS", None)
+    fill = ("import numpy as np, iglu_np\nfrom iglu_np.backends import cpu_fast\n"
+            "iglu_np.relu(np.ones(3, np.float32))\n"
+            "cpu_fast.plan('relu', 'fwd', np.dtype(np.float32))")
+    for code in (fill, HOT_CHILD):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=600, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["False", "True", "1", "0", "True"], r.stdout

@@ -44,6 +44,8 @@ from .cpu_backend import fast as _cpu_fast
 # name -> module; order matters for detection (first match wins).
 BACKENDS = {
     "cpu": "iglu_np.backends.cpu_backend",
+    # torch/JAX/__dlpack__ arrays on the CPU through the CPU kernels, returned as their type
+    "host_array": "iglu_np.backends.host_arrays",
     "cupy": "iglu_np.backends.cupy_backend",
     # torch/JAX/... CUDA arrays through the CuPy kernels when cupy is there, else Numba CUDA
     "cuda_array": "iglu_np.backends.cuda_array",
@@ -51,6 +53,20 @@ BACKENDS = {
     "dask": "iglu_np.backends.dask_backend",
     "xarray": "iglu_np.backends.xarray_backend",
 }
+
+# What each route takes, for ``iglu-np info`` (:func:`array_types`).
+_ARRAY_TYPES = (
+    (("numpy arrays and scalars, Python numbers, lists, memoryviews; pandas Series and "
+      "DataFrames (returned with their index)"), "cpu"),
+    (("torch CPU tensors, JAX CPU arrays, any __dlpack__ array on the CPU (array-api-strict, "
+      "...): zero-copy, returned as their own type"), "host_array"),
+    ("CuPy arrays", "cupy"),
+    ("torch/JAX CUDA arrays, __cuda_array_interface__ or CUDA __dlpack__ arrays",
+     "cuda_array with CuPy, else numba_cuda"),
+    ("Numba CUDA device arrays", "numba_cuda"),
+    ("dask arrays (lazy, per chunk)", "dask"),
+    ("xarray DataArrays (coordinates kept)", "xarray"),
+)
 
 _loaded = {"cpu": cpu_backend}
 # type of the first operand -> (backend name, thin run or None, thin backward_all or None),
@@ -82,8 +98,15 @@ def detect(array) -> str:
             return name
     raise TypeError(
         f"unsupported input type {type(array).__module__}.{type(array).__name__}"
-        "; expected a numpy array, a scalar, or an array type of a GPU/dask backend"
+        "; expected a numpy array, a scalar, a CPU array with __dlpack__ (torch, JAX, ...) "
+        "or an array type of a GPU/dask backend (iglu-np info lists them)"
     )
+
+
+def array_types() -> list:
+    """``[(array types, backend)]``: the inputs a call accepts and the backend that computes
+    each (the first operand that is not a host value chooses)."""
+    return list(_ARRAY_TYPES)
 
 
 def ufunc(name: str, kind: str) -> np.ufunc:

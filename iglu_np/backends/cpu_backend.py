@@ -20,10 +20,11 @@ Which one runs is decided here, on three paths:
   operand kind, every error message), which still takes the loops where the operands fit.
 
 Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
-calls of an activation/kind/dtype run the ufunc, so code that calls once never pays the
-seconds of an njit compile; later ones take the loop only where the loops' module is
-loaded already (by a large call or ``iglu-np warmup`` in this process: it imports Numba)
-and the loop is compiled (in this process, or on disk), never compiling it. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
+calls of an activation/kind/dtype run the ufunc, so code that calls a few times never
+imports Numba or pays the seconds of an njit compile; the next one loads the loops'
+module (importing Numba) and takes the loop where it is compiled (in this process, or on
+disk), never compiling it, so the steady state of small calls does not depend on what
+else the process called. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
 threaded build is compiled by the first such call, with the single-thread one. No call
 after the first of its kind, dtype and size class compiles. This module is not part of
 the on-disk kernel cache key: editing it recompiles nothing.
@@ -93,9 +94,10 @@ def _min_size_default() -> int:
 # results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
 # against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
 # seconds per activation x kind x dtype (gelu float32 0.6 s), and a compile in the middle
-# of a run of small calls is a stall nobody asked for, and so is importing Numba (0.2 s;
-# the ufuncs load without it: cpu._direct): after WARM_CALLS calls the loop is loaded if
-# Numba is and the loop is cached (milliseconds), else the ufunc stays. Calls with array
+# of a run of small calls is a stall nobody asked for. Importing Numba and its target (the
+# ufuncs load without it: cpu._direct) is left to the call after WARM_CALLS, which then
+# loads the loop where it is cached, once per process; a loop cached nowhere leaves the
+# ufunc in place until a large call or ``iglu-np warmup`` builds it. Calls with array
 # parameters or reductions below MIN_SIZE always take the ufunc.
 MIN_SIZE = _min_size_default()
 WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
@@ -233,11 +235,11 @@ def fast(act, kind, data, params, out):
             c = _calls.get(key, 0)
             if c < WARM_CALLS:
                 _calls[key] = c + 1
-            elif c == WARM_CALLS and _FAST is not None:
-                # hot, and Numba is loaded (a large call, warmup): the loop if cached
-                p = _FAST.plan(act.name, kind, dt, alias, cached_only=True)
+            elif c == WARM_CALLS:
+                # hot: the loop where it loads without a compile (this process, the disk)
+                p = (_FAST or _loops()).plan(act.name, kind, dt, alias, cached_only=True)
                 if p is None:
-                    _calls[key] = c + 1  # not cached: the ufunc for good
+                    _calls[key] = c + 1  # not compiled: the ufunc until a call builds it
             if p is None:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches

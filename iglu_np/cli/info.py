@@ -36,7 +36,7 @@ def versions() -> dict:
 
 
 def main(args) -> int:
-    from .. import ACTIVATIONS, ALIASES
+    from .. import ACTIVATIONS, ALIASES, backends
     from . import cache
 
     info = {
@@ -46,6 +46,7 @@ def main(args) -> int:
         },
         "aliases": {a: {"activation": t, "params": dict(p)} for a, (t, p) in ALIASES.items()},
         "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
+        "array_types": [{"types": t, "backend": b} for t, b in backends.array_types()],
         "versions": versions(),
         "cache": cache.describe(),
     }
@@ -67,6 +68,9 @@ def main(args) -> int:
     print("\nbackends:")
     for k, d in info["backends"].items():
         print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")
+    print("\narray types accepted:")
+    for d in info["array_types"]:
+        print(f"  {d['types']}: {d['backend']}")
     print("\nversions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     print("\nkernel cache: " + cache.text(info["cache"]).replace("\n", "\n  "))
     return 0
