@@ -10,6 +10,7 @@ import, so a newly registered activation is benchmarked without editing this sui
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import time
@@ -287,9 +288,10 @@ def _prewarm():
     if sys.argv[1:2] != ["run_server"]:
         return
     try:
-        import iglu_np.nn.autodiff  # noqa: F401
-        import iglu_np.nn.layers  # noqa: F401
-        import iglu_np.nn.optim  # noqa: F401
+        # (``import iglu_np.nn.x`` here would make iglu_np a local name of the whole
+        # function, unbound at the first line above)
+        for mod in ("autodiff", "layers", "optim"):
+            importlib.import_module(f"iglu_np.nn.{mod}")
     except Exception:  # noqa: BLE001 - no trainer at this commit
         pass
     for name in NAMES:
