@@ -52,7 +52,7 @@ if hasattr(os, "register_at_fork"):
 #: the JIT engines and C arrays each loaded ufunc points into: alive for the process
 _keep: list = []
 
-# opaque pointers (LLVM 15 and later) and typed ones (LLVM 14: Numba 0.59)
+# opaque pointers (LLVM 15 and later) and typed ones (LLVM 14: Numba 0.60)
 _GIL_IR = """
 declare i32 @PyGILState_Ensure()
 declare void @PyGILState_Release(i32)
