@@ -52,20 +52,20 @@ if hasattr(os, "register_at_fork"):
 #: the JIT engines and C arrays each loaded ufunc points into: alive for the process
 _keep: list = []
 
-# opaque pointers (LLVM 15 and later) and typed ones (LLVM 14: Numba 0.60)
+# opaque pointers: LLVM 15 and later (llvmlite >= 0.44, which numba >= 0.61 needs)
 _GIL_IR = """
 declare i32 @PyGILState_Ensure()
 declare void @PyGILState_Release(i32)
-define void @iglu_np_gil_ensure({p} %s) {{
+define void @iglu_np_gil_ensure(ptr %s) {
   %r = call i32 @PyGILState_Ensure()
-  store i32 %r, {p} %s
+  store i32 %r, ptr %s
   ret void
-}}
-define void @iglu_np_gil_release({p} %s) {{
-  %v = load i32, {p} %s
+}
+define void @iglu_np_gil_release(ptr %s) {
+  %v = load i32, ptr %s
   call void @PyGILState_Release(i32 %v)
   ret void
-}}
+}
 """
 
 
@@ -80,9 +80,7 @@ def _ll():
         if not ll.address_of_symbol("numba_gil_ensure"):
             tm = ll.Target.from_default_triple().create_target_machine(
                 reloc="default", codemodel="jitdefault")
-            # (LLVM 14 parses "ptr" too, but prints a warning to stderr first)
-            p = "ptr" if ll.llvm_version_info >= (15,) else "i32*"
-            mod = ll.parse_assembly(_GIL_IR.format(p=p))
+            mod = ll.parse_assembly(_GIL_IR)
             ee = ll.create_mcjit_compiler(mod, tm)
             ee.finalize_object()
             _keep.append(ee)
