@@ -152,6 +152,34 @@ def celu_dx(x, alpha):
     return exp_dw(q, ql)
 
 
+# The bulk of CELU (finite x >= -80 alpha: q = x/alpha >= -80 (+ rounding), exp(q)
+# normal; -80 alpha is -inf for float32 alpha > 4.25e36, hence the test on |x|): expm1 and
+# exp of the non-positive side without range handling, the same bits (see define's bulk).
+@kernel
+def _celu_bulk_domain(x, alpha):
+    T = type(x)
+    return x >= T(-80.0) * alpha and abs(x) < T(math.inf)
+
+
+@kernel
+def celu_f_bulk(x, alpha):
+    T = type(x)
+    q, ql = _div_dw(x, alpha)
+    e, m = exp_expm1_neg(neg_side(q))
+    tiny = fma(x, T(0.5) * q, x)
+    r = -alpha if m == T(-1.0) else alpha * (m + (T(1.0) + m) * ql)
+    r = tiny if abs(q) < T(9.313225746154785e-10) else r
+    return x if x >= T(0.0) else r
+
+
+@kernel
+def celu_dx_bulk(x, alpha):
+    T = type(x)
+    q, ql = _div_dw(x, alpha)
+    e = exp_normal(neg_side(q))
+    return T(1.0) if x > T(0.0) else e + e * ql
+
+
 @kernel
 def celu_dalpha(x, alpha):
     T = type(x)
@@ -353,6 +381,8 @@ define(
     params=[_alpha_param(_ALPHA_DOC + " Also the inverse input scale of that branch.")],
     f=celu_f,
     dx=celu_dx,
+    bulk={"f": celu_f_bulk, "dx": celu_dx_bulk},
+    bulk_domain=_celu_bulk_domain,
     dparams={"alpha": celu_dalpha},
     ref=_ref_celu,
     ref_dx=_ref_celu_dx,

@@ -2,7 +2,7 @@
 0.044715 x^3). Its cubic 2u is carried as a double-word pair: exp(2u) has condition |2u|
 (up to ~745) in the x << 0 tail.
 """
-from .._math import exp_normal, exp_scaled, fma, is_f32, two_prod
+from .._math import exp_normal, exp_scaled, fma, is_f32
 from .._spec import define, kernel
 from ._double_word import split_constant, two_sum
 from .gelu import _HG
@@ -21,7 +21,11 @@ GELU_TANH_DX_ROOT = -0.75246142207101625848795444328891609060539217803763
 # --------------------------------------------------------------------------- GELU tanh
 @kernel
 def _tanh_arg(x):
-    """2u = k1 x + k3 x^3 (u = sqrt(2/pi)(x + 0.044715 x^3)) as an unnormalised dw pair."""
+    """2u = k1 x + k3 x^3 (u = sqrt(2/pi)(x + 0.044715 x^3)) as an unnormalised dw pair,
+    as x c with c = k1 + k3 x^2: x^2 and k3 x^2 are exact pairs (fma), k1 + k3 x^2 a two_sum,
+    the low parts (and the constants' lo halves) summed into c_lo, and x (c + c_lo) one
+    product pair plus x c_lo. The terms left out (k3_lo e2, the roundings of c_lo's sum)
+    are below 2^-46 of 2u: exp(2u) with |2u| < 128 sees under 2^-39 of them."""
     T = type(x)
     if is_f32(x):
         k1h = T(K1_32H)
@@ -33,15 +37,14 @@ def _tanh_arg(x):
         k1l = T(K1_64L)
         k3h = T(K3_64H)
         k3l = T(K3_64L)
-    p2, e2 = two_prod(x, x)
-    p3, e3 = two_prod(p2, x)
-    e3 = e3 + e2 * x
-    q, f = two_prod(p3, k3h)
-    f = f + (p3 * k3l + e3 * k3h)
-    r, g = two_prod(x, k1h)
-    g = g + x * k1l
-    s, h = two_sum(q, r)
-    return s, h + (f + g)
+    p2 = x * x
+    e2 = fma(x, x, -p2)
+    t = k3h * p2
+    te = fma(k3h, p2, -t)
+    c, ce = two_sum(k1h, t)
+    c_lo = ce + (te + fma(k3h, e2, fma(k3l, p2, k1l)))
+    s = x * c
+    return s, fma(x, c_lo, fma(x, c, -s))
 
 
 @kernel
@@ -89,8 +92,10 @@ def _tanh_gate(x):
     s, h = _tanh_arg(x)
     h = h if abs(s) < T(1024.0) else T(0.0)  # beyond, m is 0 (h may be inf/NaN: x^3 overflow)
     neg = s < T(0.0)
-    h_neg = h if neg else -h
-    m, sc = exp_scaled(-abs(s), h_neg)
+    # m (1 + lo) as one fma: m + m lo goes subnormal in m lo for 2u below about -75,
+    # which costs the bulk loop (the same bits) a microcode assist per lane
+    m, sc = exp_scaled(-abs(s), T(0.0))
+    m = fma(m, h if neg else -h, m)
     # (x > 0: the gate is 1/(1 + m) = 1 in the tail, where only the true m may enter)
     m = m if neg else m * sc
     sc = sc if neg else T(1.0)
@@ -117,23 +122,34 @@ def gelu_tanh_dx(x):
     return (sig + (x * _d2u(x)) * q) * sc
 
 
-# The bulk (|x| <= 21 float64, 9.6 float32: |2u| <= 694 / 79, short of exp_scaled's tail,
-# so exp(-|2u|) is normal and the guards above are off): exp_normal instead of exp, the
-# same bits (see define's bulk). Only _gate_of and _d2u are shared with the exact kernels:
-# taking their guards along slows the bulk loops (tools/ab_speed.py times them).
+# The bulk: |x| <= 21 float64 (|2u| <= 694, short of exp_scaled's tail, so exp(-|2u|) is
+# normal and the guards above are off), -9.6 <= x <= 1e6 float32 (2u >= -79); for x > 9.6
+# (2u > 79) m is 0, where the exact kernels' m sc is below e^-79: the gate 1/(1 + m) is 1
+# either way and x d2u(x) m below 2^-25, so both give the same bits. exp_normal instead
+# of exp, the same bits (see define's bulk). Only _gate_of and _d2u are shared with the
+# exact kernels: taking their guards along slows the bulk loops (tools/ab_speed.py times
+# them).
 @kernel
 def _gelu_tanh_bulk_domain(x):
     T = type(x)
-    return abs(x) <= (T(9.6) if is_f32(x) else T(21.0))
+    # one compare (NaN outside): -9.6 <= x <= 1e6 to within float32's spacing there (1/32)
+    if is_f32(x):
+        return abs(x - T(499995.2)) <= T(500004.8)
+    return abs(x) <= T(21.0)
 
 
 @kernel
 def _tanh_gate_bulk(x):
     T = type(x)
     s, h = _tanh_arg(x)
-    m = exp_normal(-abs(s))
-    mh = m + m * h if s < T(0.0) else m - m * h
-    return s, mh
+    neg = s < T(0.0)
+    if not is_f32(x):
+        m = exp_normal(-abs(s))
+        return s, fma(m, h if neg else -h, m)
+    # clamped: exp_normal's garbage beyond its range may be subnormal (an assist per lane)
+    m = exp_normal(max(-abs(s), T(-87.0)))
+    m = fma(m, h if neg else -h, m)
+    return s, m if (neg or s <= T(79.5)) else T(0.0)
 
 
 @kernel
@@ -219,8 +235,15 @@ define(
     notes=(
         "Computed as x*sigmoid(2u): (1 + tanh u)/2 cancels to nothing for x << 0, where the "
         "gate is ~exp(2u) with 2u ~ -0.0714 x^3. exp has condition |2u| (up to ~745), so 2u "
-        "is formed as a double-word pair (exact x^3, hi+lo constants 2 sqrt(2/pi) and "
-        "2 sqrt(2/pi) 0.044715) and exp(2u) corrected by (1 + lo). sigma(1 - sigma) in the "
+        "is formed as a double-word pair x (c + c_lo), c = k1 + k3 x^2 (hi+lo constants "
+        "k1 = 2 sqrt(2/pi), k3 = k1 0.044715; x^2, k3 x^2 and their sum exact pairs, the "
+        "terms left out below 2^-46 of 2u) and exp(2u) corrected by one fma, m (1 + lo). "
+        "float32 stays in float32 lanes: m = exp(-|2u|) carries exp's error (under one "
+        "ulp), the gate 1/(1 + m) for 2u >= 0 one rounding more, x m - (x m) m/(1 + m) "
+        "for 2u < 0 (one fma) m's error and two roundings, so the value stays within "
+        "4 ulp: every 4th float32 with |x| <= 12 is within 3.12 ulp (x < 0; 2.36 for "
+        "x > 0) of the float64 value, the derivative within 7.47 (2.89) of its "
+        "scale max(sigma, |x (2u)' sigma'|). sigma(1 - sigma) in the "
         "derivative is m/(1+m)^2 with m = exp(-|2u|). The constants are the exact decimal "
         "0.044715 and sqrt(2/pi) (PyTorch rounds them to the tensor dtype). The derivative "
         "crosses zero at x = -0.75246142207...; limits 0 at -inf, x at +inf."

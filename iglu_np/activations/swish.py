@@ -4,8 +4,8 @@ approximation of GELU)."""
 import math
 
 from .._math import (_K64_HI32, _K64_HI64, _K64_LO32, _K64_LO64, _K128_HI32, _K128_LO32,
-                     _K1024_HI64, _K1024_LO64, _TWO_64, _TWO_M64, _TWO_M960, exp_normal, is_f32,
-                     two_prod)
+                     _K1024_HI64, _K1024_LO64, _TWO_64, _TWO_M64, _TWO_M960, exp_normal, fma,
+                     is_f32, two_prod)
 from .._spec import Param, define, kernel
 
 
@@ -159,6 +159,9 @@ def swish_dbeta(x, beta):
 # Where beta x (rounded) is within +-700 (80 float32): _exp_times is off its tail there
 # (a' = |x|, s = 1, the same exp argument), so these are the kernels above with exp by
 # exp_normal: the same bits (see define's bulk). NaN, and beta = 0 at x = +-inf, are outside.
+# The forward and x-derivative leave out the selects that only the tail and x = +-inf
+# reach (m = 0, beta = 0 at infinity, two_prod's 1e30 guard), which the bulk loops would
+# otherwise run on every lane.
 @kernel
 def _swish_bulk_domain(x, beta):
     T = type(x)
@@ -166,17 +169,33 @@ def _swish_bulk_domain(x, beta):
 
 
 @kernel
+def _bulk_gate(x, beta):
+    """(neg, y, m): _neg_abs_beta_x's and _exp_times' values in the bulk, without what the
+    domain leaves out: beta x is finite (beta = 0 at x = +-inf is outside), within 1e30,
+    so the fma's error term needs no guard, and m = exp(-|y|) is normal."""
+    T = type(x)
+    y = beta * x
+    yl = fma(beta, x, -y)
+    neg = y < T(0.0)
+    e = exp_normal(y if neg else -y)
+    return neg, y, e + e * (yl if neg else -yl)
+
+
+@kernel
 def swish_f_bulk(x, beta):
     T = type(x)
-    nh, nl, neg, y = _neg_abs_beta_x(x, beta)
-    return _f_of(x, neg, abs(x), _exp_dw_normal(nh, nl), T(1.0))
+    neg, y, m = _bulk_gate(x, beta)
+    r = T(1.0) / (T(1.0) + m)
+    # _f_of's copysign(|x| (m r), x) is x (m r): a product's sign is separate from its bits
+    return x * (m * r) if neg else x * r
 
 
 @kernel
 def swish_dx_bulk(x, beta):
     T = type(x)
-    nh, nl, neg, y = _neg_abs_beta_x(x, beta)
-    return _dx_of(y, neg, _exp_dw_normal(nh, nl), T(1.0))
+    neg, y, m = _bulk_gate(x, beta)
+    r = T(1.0) / (T(1.0) + m)
+    return (m * r) * (T(1.0) + y * r) if neg else r * (T(1.0) + y * (m * r))
 
 
 @kernel
