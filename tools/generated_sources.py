@@ -41,7 +41,6 @@ def sources():
     import iglu_np  # noqa: F401  (registers the activations)
     from iglu_np._spec import REGISTRY
     from iglu_np.backends import cpu, cpu_fast, cxx, numba_cuda
-
     from tests import gpu_helpers
 
     for name in sorted(REGISTRY):
@@ -98,8 +97,8 @@ def check(directory: Path) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         new = Path(tmp)
         write(new)
-        old_files = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
-        new_files = {p.relative_to(new).as_posix() for p in new.rglob("*") if p.is_file()}
+        old_files, new_files = ({p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file()}
+                                for d in (directory, new))
         bad = sorted(f"only in {directory}: {f}" for f in old_files - new_files)
         bad += sorted(f"only regenerated: {f}" for f in new_files - old_files)
         bad += sorted(f"differs: {f}" for f in old_files & new_files
