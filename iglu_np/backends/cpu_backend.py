@@ -43,6 +43,7 @@ from .._dtypes import is_bf16 as _is_bf16
 from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import unbroadcast as _unbroadcast
 from .._dtypes import widened
+from .._kinds import BWD_ALL
 from .._params import values as _values
 from . import cpu
 
@@ -798,13 +799,13 @@ def _reduce_params(act, vals: list, cdt):
         if n == 0:
             part[:] = 0.0
         elif _parallel(n):
-            k = fast.kernel(act.name, "reduce_" + p, True)
+            k = fast.kernel(act.name, "sum_" + p, True)
             _ready(k, (xf, gf, part, True, *ps))
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps),
+                        lambda: fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
         else:
-            fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps)
+            fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -831,12 +832,12 @@ def _fused_backward(act, vals: list, cdt, out):
     part = np.empty((len(ps), max(1, -(-n // fast.REDUCE_BLOCK))), np.float64)
     of = fast.mem_flat(o, order)
     if _parallel(n):
-        k = fast.kernel(act.name, "reduce_all", True)
+        k = fast.kernel(act.name, BWD_ALL, True)
         _ready(k, (xf, gf, of, part, True, *ps))
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps),
+                    lambda: fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
     else:
-        fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps)
+        fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads

@@ -45,6 +45,7 @@ from .._dtypes import f32_split as _f32_split
 from .._dtypes import is_bf16 as _is_bf16
 from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import widened
+from .._kinds import BWD_ALL
 from .._params import values as _values
 from . import _interop, cxx
 
@@ -219,7 +220,7 @@ def _blocks(n, lanes, cap) -> int:
 
 def _fused_kernel(cupy, act, ddt):
     """The memoised (RawKernel, lanes) of the fused backward for the current device."""
-    return _memo(("bwdall", cupy.cuda.Device().id, act.name, ddt.name),
+    return _memo((BWD_ALL, cupy.cuda.Device().id, act.name, ddt.name),
                  lambda: _raw(cupy, cxx.fused_backward_source(act.spec, ddt)))
 
 
@@ -456,7 +457,7 @@ def _thin_plan(cupy, act, kind, dt):
     if _is_bf16(dt):
         _check_bf16(cupy, act.name)
     cdt = F64 if name == "float64" else F32  # float16 and bfloat16 compute in float32
-    if kind == "bwdall":
+    if kind == BWD_ALL:
         kern, lanes = _fused_kernel(cupy, act, dt)
         cap = _sm_count(cupy) * FUSED_BLOCKS_PER_SM
     else:
@@ -585,7 +586,7 @@ def _thin(cupy):
         if ops is None or ops[1] is None:
             return None
         x, g, o, shape = ops
-        p = plan(act, "bwdall", x.dtype)
+        p = plan(act, BWD_ALL, x.dtype)
         if p is False:
             return None
         args = arguments(act, params, p)

@@ -55,7 +55,7 @@ from .._dtypes import all_half as _all_half
 from .._dtypes import compute_dtype as _compute_dtype
 from .._dtypes import f32_range_error as _f32_range_error
 from .._dtypes import widened
-from .._kinds import Kind, kinds
+from .._kinds import BWD_ALL, Kind, kinds
 from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
@@ -587,7 +587,7 @@ def _source_all(spec, ndim):
                  "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
                  "    w //= 2", "if t == 0:", f"    cuda.atomic.add(acc, {k}, buf[0])",
                  "cuda.syncthreads()"]
-    fname = f"iglu_np_{spec.name}_bwdall"
+    fname = f"iglu_np_{spec.name}_{BWD_ALL}"
     lines = [f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
              "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"] + ["    " + b for b in body]
     return fname, "\n".join(lines) + "\n"
@@ -617,7 +617,7 @@ def _overlap(a, b) -> bool:
 
 def _kernel_all(name, compute, ndim):
     """The jitted one-pass backward kernel (:func:`_source_all`)."""
-    key = ("all", name, np.dtype(compute).name, ndim)
+    key = (BWD_ALL, name, np.dtype(compute).name, ndim)
     k = _state.get(key)
     if k is None:
         with _lock:
