@@ -427,11 +427,23 @@ _plans: dict = {}
 _SCALAR_PARAMS = frozenset((float, int, np.float16, np.float32, np.float64))
 
 
+class _ThinPlan:
+    """What the thin path needs for one (activation, kind, dtype, device)."""
+
+    __slots__ = ("cap", "compute", "defaults", "f32", "kernel", "lanes", "last", "scalar")
+
+    def __init__(self, kernel, lanes, cap, compute, defaults):
+        self.kernel, self.lanes, self.cap = kernel, lanes, cap  # cap: the grid's block cap
+        self.compute, self.scalar = compute, compute.type  # the parameters' scalar type
+        self.f32 = compute == F32  # parameters beyond float32 go to the general path
+        self.defaults = defaults  # the default parameters' arguments (None: beyond float32)
+        self.last = (-1, None, None)  # (n, grid, n as int64) of the last call
+
+
 def _thin_plan(cupy, act, kind, dt):
-    """``[kernel, lanes, block cap, scalar type, float32 range check, default arguments,
-    (n, grid, n as int64) of the last call, compute dtype]`` for data of dtype ``dt``, or False where the
-    vector kernels do not take that dtype. Raises what the general path raises for it
-    (bfloat16 on a CuPy < 14, a kernel that does not translate to C++)."""
+    """The :class:`_ThinPlan` for data of dtype ``dt``, or False where the vector kernels
+    do not take that dtype. Raises what the general path raises for it (bfloat16 on a
+    CuPy < 14, a kernel that does not translate to C++)."""
     name = cxx.data_dtype_name(dt)
     if name is None:
         return False
@@ -444,9 +456,8 @@ def _thin_plan(cupy, act, kind, dt):
     else:
         kern, lanes = get_vector_kernel(act.name, kind, dt)
         cap = _sm_count(cupy) * BLOCKS_PER_SM
-    f32 = cdt == F32
-    defaults = None if f32 and _beyond_f32(act.defaults) is not None else [cdt.type(v) for v in act.defaults]
-    return [kern, lanes, cap, cdt.type, f32, defaults, (-1, None, None), cdt]
+    beyond = cdt == F32 and _beyond_f32(act.defaults) is not None
+    return _ThinPlan(kern, lanes, cap, cdt, None if beyond else [cdt.type(v) for v in act.defaults])
 
 
 def fast_path(array):
@@ -485,25 +496,25 @@ def _thin(cupy):
     def arguments(act, params, p):
         """The parameters as kernel arguments (validated), or None for the general path."""
         if not params:
-            return p[5]
+            return p.defaults
         for v in params.values():
             t = type(v)
             if t not in scalars and not (t is np.ndarray and v.ndim == 0):
                 return None
         vals = _values(act, params)  # the domain checks and their errors
-        if p[4]:  # beyond float32's range the general path computes in float64
+        if p.f32:  # beyond float32's range the general path computes in float64
             for v in vals:
                 a = abs(float(v))
                 if a > f32_max or (a < f32_tiny and a != 0):
                     return None
-        ct = p[3]
+        ct = p.scalar
         return [ct(v) for v in vals]
 
     def grid(p, n):
-        last = p[6]
+        last = p.last
         if last[0] == n:
             return last[1], last[2]
-        last = p[6] = (n, (_blocks(n, p[1], p[2]),), i64(n))
+        last = p.last = (n, (_blocks(n, p.lanes, p.cap),), i64(n))
         return last[1], last[2]
 
     def operands(data, out):
@@ -555,9 +566,9 @@ def _thin(cupy):
             o = nd(shape, x.dtype)
         blocks, n = grid(p, x.size)
         if g is None:
-            p[0](blocks, (THREADS,), (x, o, n, *args))
+            p.kernel(blocks, (THREADS,), (x, o, n, *args))
         else:
-            p[0](blocks, (THREADS,), (x, g, o, n, *args))
+            p.kernel(blocks, (THREADS,), (x, g, o, n, *args))
         return o
 
     def backward_all_thin(act, data, params, out):
@@ -576,9 +587,9 @@ def _thin(cupy):
         y = o if o is not None else nd(shape, x.dtype)
         blocks, n = grid(p, x.size)
         part = cupy.empty((len(args), blocks[0] * THREADS), dtype=np.float64)
-        p[0](blocks, (THREADS,), (x, g, y, part, n, *args))
+        p.kernel(blocks, (THREADS,), (x, g, y, part, n, *args))
         sums = part.sum(axis=1)
-        cdt = p[7]
+        cdt = p.compute
         return y, {nm: sums[i].astype(cdt) for i, nm in enumerate(act.param_names)}
 
     return run_thin, backward_all_thin
