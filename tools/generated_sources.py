@@ -36,6 +36,22 @@ def _kernel_source_text(ks) -> str:
                 if hasattr(ks, f))
 
 
+def _lanes(numba_cuda, dtype, mlir: bool) -> int:
+    """numba_cuda.lanes under the toolchain ``mlir`` says, whichever this process chose."""
+    had = numba_cuda._state.get("mlir", _UNSET)
+    numba_cuda._state["mlir"] = mlir
+    try:
+        return numba_cuda.lanes(np.dtype(dtype))
+    finally:
+        if had is _UNSET:
+            del numba_cuda._state["mlir"]
+        else:
+            numba_cuda._state["mlir"] = had
+
+
+_UNSET = object()
+
+
 def sources():
     """``(relative path, text)`` of every generated source, in a fixed order."""
     import iglu_np  # noqa: F401  (registers the activations)
@@ -72,7 +88,7 @@ def sources():
                     yield f"numba_cuda/{name}/{kind}_{tag}_{ndim}d{extra}.py", src
             if not kind.startswith("sum_"):
                 for d, mlir in itertools.product(("float16", "float32", "float64"), (False, True)):
-                    w = numba_cuda.lanes(np.dtype(d))
+                    w = _lanes(numba_cuda, d, mlir)
                     _, src = numba_cuda._source_vec(spec, kind, w, w * np.dtype(d).itemsize, mlir)
                     tool = "mlir" if mlir else "nvvm"
                     yield f"numba_cuda/{name}/{kind}_vec_{d}_{tool}.py", src
