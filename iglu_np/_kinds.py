@@ -8,32 +8,37 @@ kind       inputs       value
 ``bwd``    x, g         g * df/dx (the fused backward)
 ``d_<p>``  x            df/dp
 ``bwd_<p>`` x, g        g * df/dp (before the reduction over x)
-``sum_<p>`` x, g        sum of g * df/dp (Numba CUDA's fused reduction)
+``sum_<p>`` x, g        sum of g * df/dp (the reduction of ``bwd_<p>``)
+``bwdall`` x, g         ``bwd`` and every ``sum_<p>`` (the fused backward)
 ========== ============ ===================================================
 
 (each kernel also takes the activation's parameters). Kinds travel as their strings
 (``str(kind)``; the public objects and caches key on them); a backend that needs their
-structure parses them once with :meth:`Kind.parse` (memoised).
+structure parses them once with :meth:`Kind.parse` (memoised). The reductions
+(``sum_<p>``, ``bwdall``) write per-block or per-thread partial sums that their backend
+adds up; :func:`kinds` lists the per-element kinds and, with ``sums``, ``sum_<p>``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Kind", "kinds"]
+__all__ = ["BWD_ALL", "Kind", "kinds"]
 
-_OPS = ("fwd", "dx", "bwd", "d", "sum")
+_OPS = ("fwd", "dx", "bwd", "d", "sum", "bwdall")
+_NO_PARAM = ("fwd", "dx", "bwdall")
+BWD_ALL = "bwdall"  # the fused backward: grad_x and every parameter's gradient in one pass
 _PARSED: dict = {}
 
 
 @dataclass(frozen=True)
 class Kind:
-    op: str  # one of fwd, dx, bwd, d, sum
+    op: str  # one of fwd, dx, bwd, d, sum, bwdall
     param: str | None = None  # the parameter of d / bwd / sum kinds
     text: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self):
         op, p = self.op, self.param
-        if op not in _OPS or (p is None) != (op in ("fwd", "dx")) and op != "bwd" or p == "":
+        if op not in _OPS or (p is None) != (op in _NO_PARAM) and op != "bwd" or p == "":
             raise ValueError(f"no kernel kind op={op!r} param={p!r}")
         object.__setattr__(self, "text", op if p is None else f"{op}_{p}")
 
@@ -60,17 +65,19 @@ class Kind:
     @property
     def n_data(self) -> int:
         """Array inputs: 2 (x, g) for the backward kinds, else 1 (x)."""
-        return 2 if self.op in ("bwd", "sum") else 1
+        return 2 if self.op in ("bwd", "sum", "bwdall") else 1
 
     @property
     def times_grad(self) -> bool:
         """Whether the value is multiplied by the incoming gradient g."""
-        return self.op in ("bwd", "sum")
+        return self.op in ("bwd", "sum", "bwdall")
 
     @property
     def scalar(self) -> str:
         """The spec's scalar kernel it evaluates (a key of ``spec.kernels()``): ``f``,
-        ``dx`` or ``d<param>``."""
+        ``dx`` or ``d<param>``; ValueError for ``bwdall``, which evaluates all of them."""
+        if self.op == "bwdall":
+            raise ValueError("bwdall evaluates dx and every d<param>")
         if self.op == "fwd":
             return "f"
         if self.param is None:

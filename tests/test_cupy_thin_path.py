@@ -286,6 +286,22 @@ def test_unsupported_dtypes_raise_the_general_paths_error(fc):
     assert thin == general and thin[0] is TypeError and "complex64" in thin[1]
 
 
+@pytest.mark.parametrize("out_kind", ["a tuple of two", "a host array"])
+def test_backward_all_refuses_the_out_that_backward_refuses(fc, out_kind):
+    f32 = np.float32
+    x, g = fc.ndarray(1024, f32), fc.ndarray(1024, f32)
+    out = {"a tuple of two": (fc.ndarray(1024, f32), fc.ndarray(1024, f32)),
+           "a host array": np.zeros(1024, f32)}[out_kind]
+    want = _message(lambda: iglu_np.iglu.backward(x, g, out=out))
+    assert _message(lambda: iglu_np.iglu.backward_all(x, g, out=out)) == want
+
+
+def test_backward_all_with_out_a_one_tuple_returns_its_array(fc):
+    x, g, o = (fc.ndarray(1024, np.float32) for _ in range(3))
+    gx, grads = iglu_np.iglu.backward_all(x, g, out=(o,))
+    assert gx is o and list(grads) == ["sigma"]
+
+
 def test_bf16_on_an_old_cupy_raises_and_no_plan_is_kept(fc, monkeypatch):
     if BF16 is None:
         pytest.skip("ml_dtypes not installed (the bf16 extra)")

@@ -427,7 +427,8 @@ def test_compiled_loops_release_the_gil():
         assert getattr(mod, "loop_" + kind).targetoptions["nogil"] is True, kind
     for par in (False, True):
         assert cpu_fast.kernel("iglu", "fwd", par).targetoptions["nogil"] is True
-        assert cpu_fast.kernel("iglu", "reduce_sigma", par).targetoptions["nogil"] is True
+        assert cpu_fast.kernel("iglu", "sum_sigma", par).targetoptions["nogil"] is True
+        assert cpu_fast.kernel("iglu", "bwdall", par).targetoptions["nogil"] is True
 
 
 def test_threads_calling_at_once_get_their_own_results():

@@ -106,8 +106,8 @@ def real_rows(calls):
     f32 = np.dtype(np.float32)
     for name, kind in (("iglu", "fwd"), ("iglu", "bwd"), ("gelu", "fwd")):
         act = _params.of(name)
-        cb._plans[(act, kind, f32, 0)] = [stub, 4, 132 * cb.BLOCKS_PER_SM, np.float32, True,
-                                          [np.float32(v) for v in act.defaults], (-1, None, None), f32]
+        cb._plans[(act, kind, f32, 0)] = cb._ThinPlan(
+            stub, 4, 132 * cb.BLOCKS_PER_SM, f32, [np.float32(v) for v in act.defaults])
     backends._FAST[cupy.ndarray] = ("cupy", *cb.fast_path(x))
     cases = {
         "iglu(x, out=y)": lambda: iglu_np.iglu(x, out=y),

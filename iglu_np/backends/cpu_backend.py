@@ -38,14 +38,13 @@ import numpy as np
 from .._dtypes import F32 as _F32
 from .._dtypes import F64 as _F64
 from .._dtypes import beyond_f32 as _beyond_f32
-from .._dtypes import dtype_of as _dtype_of
-from .._dtypes import f32_split as _f32_split
 from .._dtypes import is_bf16 as _is_bf16
 from .._dtypes import narrow_result as _narrow_result
 from .._dtypes import unbroadcast as _unbroadcast
-from .._dtypes import widened
+from .._kinds import BWD_ALL
 from .._params import values as _values
 from . import cpu
+from ._call import Target, prepare
 
 __all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold",
            "set_min_size", "handles", "status", "ufunc", "fast", "run", "backward_params",
@@ -287,18 +286,8 @@ def fast(act, kind, data, params, out):
 
 
 # --------------------------------------------------------------------------- general path
-def _prepare(act, names, data, params):
-    """The validated parameter values after the data, and the compute dtype."""
-    vals = _values(act, params)
-    cdt = None
-    for nm, d in zip(names, data):
-        # NEP 50: a Python float/int/bool is "weak" and takes the other operand's
-        # dtype (backward(x_f32, 2.0) stays float32); alone, it computes in float64.
-        if type(d) in (float, int, bool):
-            continue
-        dt = _dtype_of(act.name, nm, d)
-        cdt = dt if cdt is None else np.promote_types(cdt, dt)
-    return list(data) + vals, (_F64 if cdt is None else cdt)
+# numpy's ufuncs broadcast (and name what does not) and cast into out=
+_TARGET = Target("cpu", broadcast=False)
 
 
 def _call_ufunc(act, kind, vals, cdt, out):
@@ -330,17 +319,8 @@ def _call_split(act, kind, vals, n_data, split):
 
 def run(act, kind, data, params, out):
     """Kernel ``kind`` with numpy's ufunc semantics (see iglu_np.backends)."""
-    vals, cdt = _prepare(act, ("x", "grad_out") if len(data) == 2 else ("x",), data, params)
-    if out is not None:
-        if isinstance(out, tuple):
-            if len(out) != 1:
-                raise ValueError(f"{act.name}: out= must be one array")
-            out = out[0]
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"{act.name}: out= must be a numpy array, got {type(out).__name__}")
-        if not out.flags.writeable:
-            raise ValueError(f"{act.name}: out= is read-only")
-    wdt = widened(cdt, vals[len(data):])
+    c = prepare(act, data, params, out, _TARGET)
+    vals, cdt, wdt, out = [*c.data, *c.values], c.result, c.compute, c.out
     r = None
     if wdt == cdt:
         if cdt == _F32 and _is_bf16(getattr(data[0], "dtype", None)):
@@ -350,9 +330,8 @@ def run(act, kind, data, params, out):
         if r is None:
             r = _run_buffered(act, kind, vals, cdt, out, len(data))
     if r is None:
-        split = _f32_split(vals[len(data):], act.defaults) if wdt != cdt else None
-        if split is not None:
-            r = _call_split(act, kind, vals, len(data), split)
+        if c.split is not None:
+            r = _call_split(act, kind, vals, len(data), c.split)
             if out is not None:
                 np.copyto(out, r, casting="same_kind")
                 r = out
@@ -361,9 +340,9 @@ def run(act, kind, data, params, out):
         if out is None and wdt != cdt:
             with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
                 r = r.astype(cdt)
-    if out is None and cdt == _F32:
-        nd = _narrow_result(data)
-        if nd is not None and r.dtype != nd:
+    if out is None and c.output != cdt:
+        nd = c.output
+        if r.dtype != nd:
             # float16/bfloat16 in: computed in float32, returned as the input's dtype
             # (beyond 65504 rounds to inf in float16, as it should; ml_dtypes flags NaN)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -373,8 +352,8 @@ def run(act, kind, data, params, out):
 
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient reduced to its shape (see Activation.backward_params)."""
-    vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
-    wdt = widened(cdt, vals[2:])
+    c = prepare(act, data, params, None, _TARGET)
+    vals, cdt, wdt = [*c.data, *c.values], c.result, c.compute
     if wdt == cdt:
         vals[:2] = [_widen_bf16(d) for d in vals[:2]]  # the float32 reductions on exact copies
         res = _reduce_params(act, vals, cdt)
@@ -384,7 +363,7 @@ def backward_params(act, data, params) -> dict:
         if res is not None:
             return res
     res = {}
-    split = _f32_split(vals[2:], act.defaults) if wdt != cdt else None
+    split = c.split
     for i, p in enumerate(act.param_names):
         if split is not None:
             full = _call_split(act, "bwd_" + p, vals, 2, split)
@@ -406,8 +385,9 @@ def backward_all(act, data, params, out):
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         # run's error; the one-pass loop would be typed for a read-only out and fail
         raise ValueError(f"{act.name}: out= is read-only")
-    vals, cdt = _prepare(act, ("x", "grad_out"), data, params)
-    if widened(cdt, vals[2:]) != cdt:
+    c = prepare(act, data, params, None, _TARGET)
+    vals, cdt = [*c.data, *c.values], c.result
+    if c.compute != cdt:
         return None
     if any(_is_bf16(getattr(d, "dtype", None)) for d in data):
         return _backward_all_bf16(act, data, vals, cdt, out)
@@ -800,13 +780,13 @@ def _reduce_params(act, vals: list, cdt):
         if n == 0:
             part[:] = 0.0
         elif _parallel(n):
-            k = fast.kernel(act.name, "reduce_" + p, True)
+            k = fast.kernel(act.name, "sum_" + p, True)
             _ready(k, (xf, gf, part, True, *ps))
             fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps),
+                        lambda: fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
         else:
-            fast.kernel(act.name, "reduce_" + p, False)(xf, gf, part, False, *ps)
+            fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -833,12 +813,12 @@ def _fused_backward(act, vals: list, cdt, out):
     part = np.empty((len(ps), max(1, -(-n // fast.REDUCE_BLOCK))), np.float64)
     of = fast.mem_flat(o, order)
     if _parallel(n):
-        k = fast.kernel(act.name, "reduce_all", True)
+        k = fast.kernel(act.name, BWD_ALL, True)
         _ready(k, (xf, gf, of, part, True, *ps))
         fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps),
+                    lambda: fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
     else:
-        fast.kernel(act.name, "reduce_all", False)(xf, gf, of, part, False, *ps)
+        fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads

@@ -44,7 +44,7 @@ from numba import types as nbt
 from numba.extending import overload
 
 from .. import _forksafe
-from .._kinds import Kind
+from .._kinds import BWD_ALL, Kind
 from .._spec import REGISTRY
 from . import _cache, _wide, cpu
 
@@ -649,9 +649,10 @@ def _module(spec):
 
 def kernel(name: str, kind: str, parallel: bool = True, alias=None):
     """The njit loop kernel ``run_<kind>(x[, g], out, par, *params)`` or, for
-    ``kind = "reduce_<param>"``, the block reduction ``reduce_<param>(x, g, part, par,
-    *params)``, or for ``kind = "reduce_all"`` the fused backward ``reduce_all(x, g, out,
-    part, par, *params)`` (part of shape (n_params, n_blocks)). ``alias = j`` gives the in-place variant
+    ``kind = "sum_<param>"``, the block reduction ``reduce_<param>(x, g, part, par,
+    *params)``, or for ``kind = "bwdall"`` (:data:`iglu_np._kinds.BWD_ALL`) the fused
+    backward ``reduce_all(x, g, out, part, par, *params)`` (part of shape (n_params,
+    n_blocks)). ``alias = j`` gives the in-place variant
     ``run_<kind>_a<j>(x[, g], par, *params)`` that writes to input j (0: x, 1: g).
 
     ``parallel=False`` gives the single-thread build of the same function (``prange`` is
@@ -661,8 +662,13 @@ def kernel(name: str, kind: str, parallel: bool = True, alias=None):
     k = _kernels.get(key)
     if k is None:
         mod = _module(REGISTRY[name])
-        # reduce_<p> and reduce_all are named as they are; run_<kind> takes the alias suffix
-        fn = getattr(mod, kind if kind.startswith("reduce_") else f"run_{kind}{variant(alias)}")
+        # the reductions' loops are reduce_<p> and reduce_all; run_<kind> takes the alias suffix
+        if kind == BWD_ALL:
+            fn = mod.reduce_all
+        elif kind.startswith("sum_"):
+            fn = getattr(mod, "reduce_" + kind[4:])
+        else:
+            fn = getattr(mod, f"run_{kind}{variant(alias)}")
         if not parallel:
             fn = _serial_copy(fn)
         k = _njit(fn, parallel=parallel)

@@ -40,13 +40,11 @@ from .._dtypes import F32, F64
 from .._dtypes import F32_MAX as _F32_MAX
 from .._dtypes import F32_TINY as _F32_TINY
 from .._dtypes import beyond_f32 as _beyond_f32
-from .._dtypes import compute_dtype as _compute_dtype
-from .._dtypes import f32_split as _f32_split
 from .._dtypes import is_bf16 as _is_bf16
-from .._dtypes import narrow_result as _narrow_result
-from .._dtypes import widened
+from .._kinds import BWD_ALL
 from .._params import values as _values
 from . import _interop, cxx
+from ._call import Target, prepare
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "fast_path",
            "get_kernel", "get_vector_kernel", "vector_plan"]
@@ -57,7 +55,6 @@ FUSED_BLOCKS_PER_SM = 4  # the fused backward: one float64 partial per thread an
 
 _lock = threading.RLock()
 _kernels: dict = {}
-_DATA_NAMES = ("x", "grad_out")
 
 
 def handles(array) -> bool:
@@ -219,7 +216,7 @@ def _blocks(n, lanes, cap) -> int:
 
 def _fused_kernel(cupy, act, ddt):
     """The memoised (RawKernel, lanes) of the fused backward for the current device."""
-    return _memo(("bwdall", cupy.cuda.Device().id, act.name, ddt.name),
+    return _memo((BWD_ALL, cupy.cuda.Device().id, act.name, ddt.name),
                  lambda: _raw(cupy, cxx.fused_backward_source(act.spec, ddt)))
 
 
@@ -272,58 +269,53 @@ def _check_bf16(cupy, name):
                         f"backend, found CuPy {cupy.__version__}; upgrade cupy or pass float16/float32")
 
 
-def _prepare(act, data, params):
-    """CuPy operands, compute dtype, output dtype, parameter arguments (scalars or device
-    arrays in the compute dtype, validated), the broadcast shape and the float32 split
-    (None, or the mask and params of :func:`iglu_np._dtypes.f32_split`; see run)."""
+_targets: dict = {}  # cupy module -> its Target
+
+
+def _target(cupy) -> Target:
+    t = _targets.get(cupy)
+    if t is None:
+        def device_param(v):
+            d = _as_cupy(cupy, v)
+            return d, cupy.asnumpy(d)
+
+        def param(v, dev, cdt):
+            if dev is not None:
+                return dev.astype(cdt, copy=False)
+            if np.ndim(v) == 0:
+                return cdt.type(v)
+            return cupy.asarray(v, dtype=cdt)
+
+        def as_cupy(v):
+            return _as_cupy(cupy, v)
+
+        t = _targets[cupy] = Target(
+            "cupy", data=as_cupy, device=_is_device, host_hint="use cupy.asarray",
+            device_param=device_param, param=param, out=as_cupy,
+            out_what="a device array for the cupy backend")
+    return t
+
+
+def _prepare(act, data, params, out=None):
+    """``(cupy, call, arrs, split)``: the :class:`~._call.Call` (see :func:`._call.prepare`),
+    the data in the compute dtype (16-bit data stay as they are where they compute in
+    float32: the kernels widen them) and the float32 split (None, or the device mask and
+    the params of :func:`iglu_np._dtypes.f32_split`; see run)."""
     import cupy
 
-    name = act.name
-    for nm, d in zip(_DATA_NAMES, data):
-        if not _is_device(d):
-            raise TypeError(
-                f"{name}: {nm} is a host {type(d).__name__} but the cupy backend needs device "
-                "arrays for x and grad_out (use cupy.asarray); parameters may be host values"
-            )
-    arrs = [_as_cupy(cupy, d) for d in data]
+    c = prepare(act, data, params, out, _target(cupy))
+    arrs = list(c.data)
     if any(_is_bf16(a.dtype) for a in arrs):
-        _check_bf16(cupy, name)
-    host_params, dev_params = {}, {}
-    for k, v in params.items():
-        if _is_device(v):
-            dev_params[k] = _as_cupy(cupy, v)
-            host_params[k] = cupy.asnumpy(dev_params[k])
-        else:
-            host_params[k] = v
-    vals = _values(act, host_params)
-    rdt = None
-    for nm, a in zip(_DATA_NAMES, arrs):
-        dt = _compute_dtype(name, nm, a.dtype)
-        rdt = dt if rdt is None else np.promote_types(rdt, dt)
-    cdt = widened(rdt, vals)  # float64 where a parameter overflows float32
-    narrow = _narrow_result(arrs) if rdt == F32 else None  # float16 or bfloat16 results
-    odt = narrow if narrow is not None else rdt
-    if not (narrow is not None and cdt == rdt):
+        _check_bf16(cupy, act.name)
+    cdt = c.compute
+    if not (c.output != c.result and cdt == c.result):
         arrs = [a if a.dtype == cdt else a.astype(cdt) for a in arrs]
-    pargs = []
-    for p, v in zip(act.param_names, vals):
-        if p in dev_params:
-            pargs.append(dev_params[p].astype(cdt, copy=False))
-        elif np.ndim(v) == 0:
-            pargs.append(cdt.type(v))
-        else:
-            pargs.append(cupy.asarray(v, dtype=cdt))
-    shapes = [a.shape for a in arrs] + [np.shape(a) for a in pargs]
-    try:
-        shape = np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
-    # a float32 call widened by an array parameter only some of whose values lie beyond
-    # float32: (the mask of those elements on the device, the params with the others)
-    split = _f32_split(vals, act.defaults) if cdt != rdt else None
+    split = c.split
     if split is not None:
+        # a float32 call widened by an array parameter only some of whose values lie beyond
+        # float32: (the mask of those elements on the device, the params with the others)
         split = cupy.asarray(split[0]), dict(zip(act.param_names, split[1]))
-    return cupy, arrs, cdt, odt, pargs, shape, split
+    return cupy, c, arrs, split
 
 
 def backward_all(act, data, params, out):
@@ -332,8 +324,9 @@ def backward_all(act, data, params, out):
     accesses and every parameter is a scalar; None otherwise (two passes then)."""
     if not act.param_names:
         return None
-    cupy, arrs, cdt, odt, pargs, shape, _ = _prepare(act, data, params)
-    o = _as_cupy(cupy, out[0] if isinstance(out, tuple) else out) if out is not None else None
+    # out= checked as run checks it (the two passes would raise the same errors)
+    cupy, c, arrs, _ = _prepare(act, data, params, out)
+    cdt, odt, pargs, shape, out, o = c.compute, c.output, c.params, c.shape, c.out, c.out_operand
     if o is not None and _overlaps(cupy, o, arrs):
         return None  # the two-pass path buffers it
     ddt = vector_plan(arrs, pargs, o, cdt, odt) if math.prod(shape) else None
@@ -358,9 +351,11 @@ def _grad_dtype(odt):
 
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on CuPy arrays, reduced to its shape (in float64)."""
-    cupy, arrs, cdt, odt, pargs, shape, split = _prepare(act, data, params)
+    cupy, c, arrs, split = _prepare(act, data, params)
+    cdt, odt, pargs, shape = c.compute, c.output, c.params, c.shape
     if split is not None:  # float32 where the parameters allow (see run)
-        _, arrs32, _, _, pargs32, _, _ = _prepare(act, data, split[1])
+        _, c32, arrs32, _ = _prepare(act, data, split[1])
+        pargs32 = c32.params
     res = {}
     for i, p in enumerate(act.param_names):
         full = cupy.empty(shape, dtype=cdt)
@@ -383,21 +378,8 @@ def backward_params(act, data, params) -> dict:
 def run(act, kind, data, params, out):
     """Compute ``kind`` of ``act`` on CuPy arrays (see iglu_np.backends)."""
     name = act.name
-    cupy, arrs, cdt, odt, pargs, shape, split = _prepare(act, data, params)
-    if out is not None:
-        if isinstance(out, tuple):
-            if len(out) != 1:
-                raise ValueError(f"{name}: out= must be one array")
-            out = out[0]
-        if not _is_device(out):
-            raise TypeError(f"{name}: out= must be a device array for the cupy backend, got {type(out).__name__}")
-        o = _as_cupy(cupy, out)
-        if o.shape != tuple(shape):
-            raise ValueError(f"{name}: out= has shape {o.shape}, expected {tuple(shape)}")
-        if o.dtype.kind != "f" and not _is_bf16(o.dtype):
-            raise TypeError(f"{name}: out= must be a floating array, got {o.dtype}")
-    else:
-        o = None
+    cupy, c, arrs, split = _prepare(act, data, params, out)
+    cdt, odt, pargs, shape, out, o = c.compute, c.output, c.params, c.shape, c.out, c.out_operand
     if o is not None and _overlaps(cupy, o, [*arrs, *(p for p in pargs if _is_device(p))]):
         # out shares memory with an operand other than as the very same view: compute into
         # a temporary and copy, numpy's buffered semantics (kernels read and write in any order)
@@ -445,26 +427,37 @@ _plans: dict = {}
 _SCALAR_PARAMS = frozenset((float, int, np.float16, np.float32, np.float64))
 
 
+class _ThinPlan:
+    """What the thin path needs for one (activation, kind, dtype, device)."""
+
+    __slots__ = ("cap", "compute", "defaults", "f32", "kernel", "lanes", "last", "scalar")
+
+    def __init__(self, kernel, lanes, cap, compute, defaults):
+        self.kernel, self.lanes, self.cap = kernel, lanes, cap  # cap: the grid's block cap
+        self.compute, self.scalar = compute, compute.type  # the parameters' scalar type
+        self.f32 = compute == F32  # parameters beyond float32 go to the general path
+        self.defaults = defaults  # the default parameters' arguments (None: beyond float32)
+        self.last = (-1, None, None)  # (n, grid, n as int64) of the last call
+
+
 def _thin_plan(cupy, act, kind, dt):
-    """``[kernel, lanes, block cap, scalar type, float32 range check, default arguments,
-    (n, grid, n as int64) of the last call, compute dtype]`` for data of dtype ``dt``, or False where the
-    vector kernels do not take that dtype. Raises what the general path raises for it
-    (bfloat16 on a CuPy < 14, a kernel that does not translate to C++)."""
+    """The :class:`_ThinPlan` for data of dtype ``dt``, or False where the vector kernels
+    do not take that dtype. Raises what the general path raises for it (bfloat16 on a
+    CuPy < 14, a kernel that does not translate to C++)."""
     name = cxx.data_dtype_name(dt)
     if name is None:
         return False
     if _is_bf16(dt):
         _check_bf16(cupy, act.name)
     cdt = F64 if name == "float64" else F32  # float16 and bfloat16 compute in float32
-    if kind == "bwdall":
+    if kind == BWD_ALL:
         kern, lanes = _fused_kernel(cupy, act, dt)
         cap = _sm_count(cupy) * FUSED_BLOCKS_PER_SM
     else:
         kern, lanes = get_vector_kernel(act.name, kind, dt)
         cap = _sm_count(cupy) * BLOCKS_PER_SM
-    f32 = cdt == F32
-    defaults = None if f32 and _beyond_f32(act.defaults) is not None else [cdt.type(v) for v in act.defaults]
-    return [kern, lanes, cap, cdt.type, f32, defaults, (-1, None, None), cdt]
+    beyond = cdt == F32 and _beyond_f32(act.defaults) is not None
+    return _ThinPlan(kern, lanes, cap, cdt, None if beyond else [cdt.type(v) for v in act.defaults])
 
 
 def fast_path(array):
@@ -503,25 +496,25 @@ def _thin(cupy):
     def arguments(act, params, p):
         """The parameters as kernel arguments (validated), or None for the general path."""
         if not params:
-            return p[5]
+            return p.defaults
         for v in params.values():
             t = type(v)
             if t not in scalars and not (t is np.ndarray and v.ndim == 0):
                 return None
         vals = _values(act, params)  # the domain checks and their errors
-        if p[4]:  # beyond float32's range the general path computes in float64
+        if p.f32:  # beyond float32's range the general path computes in float64
             for v in vals:
                 a = abs(float(v))
                 if a > f32_max or (a < f32_tiny and a != 0):
                     return None
-        ct = p[3]
+        ct = p.scalar
         return [ct(v) for v in vals]
 
     def grid(p, n):
-        last = p[6]
+        last = p.last
         if last[0] == n:
             return last[1], last[2]
-        last = p[6] = (n, (_blocks(n, p[1], p[2]),), i64(n))
+        last = p.last = (n, (_blocks(n, p.lanes, p.cap),), i64(n))
         return last[1], last[2]
 
     def operands(data, out):
@@ -573,9 +566,9 @@ def _thin(cupy):
             o = nd(shape, x.dtype)
         blocks, n = grid(p, x.size)
         if g is None:
-            p[0](blocks, (THREADS,), (x, o, n, *args))
+            p.kernel(blocks, (THREADS,), (x, o, n, *args))
         else:
-            p[0](blocks, (THREADS,), (x, g, o, n, *args))
+            p.kernel(blocks, (THREADS,), (x, g, o, n, *args))
         return o
 
     def backward_all_thin(act, data, params, out):
@@ -585,7 +578,7 @@ def _thin(cupy):
         if ops is None or ops[1] is None:
             return None
         x, g, o, shape = ops
-        p = plan(act, "bwdall", x.dtype)
+        p = plan(act, BWD_ALL, x.dtype)
         if p is False:
             return None
         args = arguments(act, params, p)
@@ -594,9 +587,9 @@ def _thin(cupy):
         y = o if o is not None else nd(shape, x.dtype)
         blocks, n = grid(p, x.size)
         part = cupy.empty((len(args), blocks[0] * THREADS), dtype=np.float64)
-        p[0](blocks, (THREADS,), (x, g, y, part, n, *args))
+        p.kernel(blocks, (THREADS,), (x, g, y, part, n, *args))
         sums = part.sum(axis=1)
-        cdt = p[7]
+        cdt = p.compute
         return y, {nm: sums[i].astype(cdt) for i, nm in enumerate(act.param_names)}
 
     return run_thin, backward_all_thin

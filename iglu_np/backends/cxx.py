@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._kinds import Kind, kinds
+from .._kinds import BWD_ALL, Kind, kinds
 
 __all__ = [
     "HEADER",
@@ -456,7 +456,7 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
         raise KeyError(f"{spec.name} has no parameters")
     lanes = VECTOR_BYTES // _ITEMSIZE[dtype_c]
     pnames = [f"p_{p}" for p in ps]
-    name = f"iglu_np_{spec.name}_bwdall_vec_{ddt}"
+    name = f"iglu_np_{spec.name}_{BWD_ALL}_vec_{ddt}"
 
     preps = {w: _prep_line(spec, w, ctype, pnames, "  ", f"pre_{w}")
              for w in ("dx", *(f"d{p}" for p in ps))}

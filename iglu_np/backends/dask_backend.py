@@ -44,6 +44,7 @@ from .._params import check as _check
 from .._params import unexpected as _unexpected
 from .._params import values as _values
 from . import run as _dispatch
+from ._call import unwrap_out
 
 __all__ = ["handles", "run", "backward_params", "status", "CHUNK_THREADS"]
 
@@ -177,10 +178,7 @@ def run(act, kind, data, params, out):
     res = _elementwise(act, kind, data, scalars, arrays, _out_dtype(act, data, False))
     if out is None:
         return res
-    if isinstance(out, tuple):
-        if len(out) != 1:
-            raise ValueError(f"{act.name}: out= must be one array")
-        out = out[0]
+    out = unwrap_out(act.name, out)
     if not isinstance(out, da.Array):
         # Writing into a host array would force a compute; keep the call lazy.
         raise TypeError(

@@ -51,14 +51,13 @@ import threading
 
 import numpy as np
 
-from .._dtypes import all_half as _all_half
 from .._dtypes import compute_dtype as _compute_dtype
 from .._dtypes import f32_range_error as _f32_range_error
-from .._dtypes import widened
-from .._kinds import Kind, kinds
+from .._kinds import BWD_ALL, Kind, kinds
 from .._params import values as _values
 from .._spec import REGISTRY
 from . import cuda_toolchain
+from ._call import Target, prepare, unwrap_out
 from ._interop import is_bf16_array
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function",
@@ -587,7 +586,7 @@ def _source_all(spec, ndim):
                  "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
                  "    w //= 2", "if t == 0:", f"    cuda.atomic.add(acc, {k}, buf[0])",
                  "cuda.syncthreads()"]
-    fname = f"iglu_np_{spec.name}_bwdall"
+    fname = f"iglu_np_{spec.name}_{BWD_ALL}"
     lines = [f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
              "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"] + ["    " + b for b in body]
     return fname, "\n".join(lines) + "\n"
@@ -617,7 +616,7 @@ def _overlap(a, b) -> bool:
 
 def _kernel_all(name, compute, ndim):
     """The jitted one-pass backward kernel (:func:`_source_all`)."""
-    key = ("all", name, np.dtype(compute).name, ndim)
+    key = (BWD_ALL, name, np.dtype(compute).name, ndim)
     k = _state.get(key)
     if k is None:
         with _lock:
@@ -648,18 +647,15 @@ def backward_all(act, data, params, out):
     if any(handles(v) or np.ndim(v) != 0 for v in params.values()):
         return None
     cuda = _cuda()
-    devs = [_as_device(cuda, d) for d in data]
+    # (float32 data with a parameter beyond float32 raise here what the two passes raise)
+    stream, c = _operands(cuda, act, data, params)
+    devs, cdt, vals = c.data, c.compute, c.values
     if tuple(devs[0].shape) != tuple(devs[1].shape) or devs[0].dtype != devs[1].dtype:
         return None
-    cdt = _compute_dtype(act.name, "x", np.dtype(devs[0].dtype))
-    vals = _values(act, params)
-    if widened(cdt, vals) != cdt:
-        return None
     shape = tuple(devs[0].shape)
-    stream = _stream(cuda, [*data])
     with _device_ctx(cuda, data[0]):
         if out is not None:
-            out = out[0] if isinstance(out, tuple) else out
+            out = unwrap_out(act.name, out)
             if not handles(out):
                 return None
             odev = _as_device(cuda, out)
@@ -1124,63 +1120,42 @@ def _refuse_bf16(act, *operands):
                     "float16/float32 data")
 
 
-def _operands(act, data, params):
-    """Device views of the data, compute and output dtypes, the stream, the parameter
-    arguments (compute-dtype scalars or device arrays; ``arrays`` says which) and the
-    broadcast shape."""
-    cuda = _cuda()
-    name = act.name
-    for nm, d in zip(_DATA_NAMES, data):
-        if not handles(d):
-            raise TypeError(
-                f"{name}: {nm} is a host {type(d).__name__} but the numba_cuda backend needs "
-                "device arrays for x and grad_out (move it with numba.cuda.to_device or "
-                "cupy.asarray); parameters may be host values"
-            )
-    devs = [_as_device(cuda, d) for d in data]
-    cdt = None
-    for nm, d in zip(_DATA_NAMES, devs):
-        dt = _compute_dtype(name, nm, np.dtype(d.dtype))
-        cdt = dt if cdt is None else np.promote_types(cdt, dt)
-    odt = np.dtype(np.float16) if (cdt == np.float32 and _all_half(devs)) else cdt
+def _target(cuda, stream) -> Target:
+    def as_device(v):
+        return _as_device(cuda, v)
 
-    # Parameters: validated on the host (device arrays via a small copy, which synchronises),
-    # then passed as compute-dtype scalars or device arrays.
-    host_params, dev_params = {}, {}
-    for k, v in params.items():
-        if handles(v):
-            dev_params[k] = _as_device(cuda, v)
-            host_params[k] = dev_params[k].copy_to_host()
-        else:
-            host_params[k] = v
-    vals = _values(act, host_params)
-    if cdt == np.float32:
-        _f32_range_error(act, vals, "numba_cuda")
-    stream = _stream(cuda, [*data])
-    pargs, arrays = [], []
-    for p, v in zip(act.param_names, vals):
-        if p in dev_params:
-            pargs.append(dev_params[p])
-            arrays.append(True)
-        elif np.ndim(v) == 0:
-            pargs.append(cdt.type(v))
-            arrays.append(False)
-        else:
-            pargs.append(cuda.to_device(np.ascontiguousarray(v, dtype=cdt), stream=stream))
-            arrays.append(True)
-    shapes = [tuple(d.shape) for d in devs] + [tuple(a.shape) for a, isarr in zip(pargs, arrays) if isarr]
-    try:
-        shape = np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast together") from None
-    return cuda, devs, cdt, odt, stream, pargs, arrays, shape
+    def device_param(v):
+        d = _as_device(cuda, v)
+        return d, d.copy_to_host()  # validated on the host: a small copy, which synchronises
+
+    def param(v, dev, cdt):
+        if dev is not None:
+            return dev
+        if np.ndim(v) == 0:
+            return cdt.type(v)
+        return cuda.to_device(np.ascontiguousarray(v, dtype=cdt), stream=stream)
+
+    return Target("numba_cuda", data=as_device, device=handles,
+                  host_hint="move it with numba.cuda.to_device or cupy.asarray",
+                  device_param=device_param, param=param, out=as_device,
+                  out_what="a device array for the numba_cuda backend", widen=False)
+
+
+def _operands(cuda, act, data, params, out=None):
+    """``(stream, call)``: the stream the data name and the :class:`~._call.Call` (device
+    views of the data; parameters as compute-dtype scalars or device arrays, ``arrays``
+    saying which; float32 data refuse parameters beyond float32)."""
+    stream = _stream(cuda, [*data]) if all(handles(d) for d in data) else None
+    return stream, prepare(act, data, params, out, _target(cuda, stream))
 
 
 def backward_params(act, data, params) -> dict:
     """Each parameter's gradient on device arrays, reduced to its shape (one fused
     pass per parameter, accumulated in float64)."""
     _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items())
-    cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
+    cuda = _cuda()
+    stream, c = _operands(cuda, act, data, params)
+    devs, cdt, pargs, arrays, shape = c.data, c.compute, c.params, c.arrays, c.shape
     if math.prod(shape) and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)], shape):
         return _via_cupy(act, "backward_params", data, params)
     with _device_ctx(cuda, data[0]):
@@ -1427,23 +1402,13 @@ def run(act, kind, data, params, out):
         return r
     name = act.name
     _refuse_bf16(act, *zip(_DATA_NAMES, data), *params.items(), ("out", out))
-    cuda, devs, cdt, odt, stream, pargs, arrays, shape = _operands(act, data, params)
+    cuda = _cuda()
     with _device_ctx(cuda, data[0]):
+        stream, c = _operands(cuda, act, data, params, out)
+        devs, cdt, odt, pargs, arrays, shape = (c.data, c.compute, c.output, c.params, c.arrays,
+                                                c.shape)
         if out is not None:
-            if isinstance(out, tuple):
-                if len(out) != 1:
-                    raise ValueError(f"{name}: out= must be one array")
-                out = out[0]
-            if not handles(out):
-                raise TypeError(
-                    f"{name}: out= must be a device array for the numba_cuda backend, "
-                    f"got {type(out).__name__}"
-                )
-            odev = _as_device(cuda, out)
-            if tuple(odev.shape) != tuple(shape):
-                raise ValueError(f"{name}: out= has shape {tuple(odev.shape)}, expected {shape}")
-            if np.dtype(odev.dtype).kind != "f":
-                raise TypeError(f"{name}: out= must be a floating array, got {odev.dtype}")
+            out, odev = c.out, c.out_operand
             if any(_overlap(d, odev) for d in [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)]):
                 # out= shares memory with an operand other than as the very same view: the
                 # kernel reads and writes in any order, so compute into a temporary and copy

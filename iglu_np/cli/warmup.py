@@ -45,7 +45,7 @@ def warm(name: str, dtypes=DTYPES) -> dict:
 
     t, c = time.perf_counter(), time.process_time()
     from .. import get
-    from .._kinds import Kind
+    from .._kinds import BWD_ALL, Kind
     from ..backends import cpu, cpu_backend, cpu_fast
 
     act = get(name)
@@ -66,8 +66,8 @@ def warm(name: str, dtypes=DTYPES) -> dict:
             part2 = np.empty((len(ps), 1), np.float64)
             for par in (False, True):
                 for p in act.param_names:
-                    ready(cpu_fast.kernel(name, "reduce_" + p, par), (x, x, part1, par, *ps))
-                ready(cpu_fast.kernel(name, "reduce_all", par), (x, x, out, part2, par, *ps))
+                    ready(cpu_fast.kernel(name, "sum_" + p, par), (x, x, part1, par, *ps))
+                ready(cpu_fast.kernel(name, BWD_ALL, par), (x, x, out, part2, par, *ps))
     return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c}
 
 
