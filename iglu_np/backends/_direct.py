@@ -52,7 +52,7 @@ if hasattr(os, "register_at_fork"):
 #: the JIT engines and C arrays each loaded ufunc points into: alive for the process
 _keep: list = []
 
-# opaque pointers: LLVM 15 and later (llvmlite >= 0.44, which numba >= 0.61 needs)
+# opaque pointers: LLVM 15 and later (every llvmlite that numba >= 0.62 takes)
 _GIL_IR = """
 declare i32 @PyGILState_Ensure()
 declare void @PyGILState_Release(i32)
