@@ -94,7 +94,7 @@ def fma(a, b, c):
 @kernel
 def two_prod(a, b):
     """``a*b = p + e`` exactly: e = fma(a, b, -p), 2 instructions where Dekker's split
-    took 17 (and 4 two_prods made gelu_tanh's float32 gate slower than torch's). ``e`` is
+    takes 17 (enough, four times over, to make gelu_tanh's float32 gate compute-bound). ``e`` is
     0 where |p| >= 1e30 in float32, 1e290 in float64 (p = inf would make it -inf), on
     every target. Dekker's split also needed |a|, |b| below that; fma does not, and that
     guard lost e where a x + beta cancels with a huge a or x (xiprelu float32

@@ -110,7 +110,7 @@ def check(act: Params, p, v):
         return v
     if type(v) in _NP_FLOATS:
         # a numpy float scalar is checked as its float64 value, as the array branch below
-        # checks it (same message), without that branch's ~5 us of array operations
+        # checks it (same message), without that branch's array operations
         f = float(v)
         if not p.contains(f):
             raise ValueError(

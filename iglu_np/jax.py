@@ -33,8 +33,8 @@ that would keep the data on the GPU is :func:`jax.experimental.buffer_callback`
 (``__cuda_array_interface__``) and the computation stream (``ctx.stream``), so iglu_np's
 CuPy kernels could write the output buffer in place on
 ``cupy.cuda.ExternalStream(ctx.stream)``, ordered with the rest of the program (an XLA
-FFI custom call with the same kernels is the compiled equivalent). It is not provided
-here because it cannot be tested without a GPU.
+FFI custom call with the same kernels is the compiled equivalent). Neither is provided
+yet.
 
 ``import iglu_np`` never imports JAX; this module needs it (``pip install '.[jax]'`` in the
 iglu_np checkout).

@@ -47,7 +47,7 @@ def test_every_option_has_help_and_states_its_default(label, parser):
                                   ["cache"]])
 def test_help_is_plain_text_and_fast(argv):
     """--help imports no sub-command but the one asked about, and never Numba, scikit-learn,
-    scipy or matplotlib (it took 1.0-1.2 s when it did)."""
+    scipy or matplotlib (each of which costs a large part of a second)."""
     code = ("import sys\nfrom iglu_np.cli import main\n"
             f"try:\n    main({argv + ['--help']!r})\nexcept SystemExit:\n    pass\n"
             f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])\n")

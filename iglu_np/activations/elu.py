@@ -246,7 +246,7 @@ def selu_f(x):
 
 @kernel
 def selu_dx(x):
-    # Selects, no branch: behind an `if x > 0: return` LLVM took exp of x itself on every
+    # Selects, no branch: behind an `if x > 0: return` LLVM takes exp of x itself on every
     # lane of the if-converted .ufunc loop (an overflow flag, a warning, for large x).
     return _selu_dx_of(x, math.exp(neg_side(x)))
 

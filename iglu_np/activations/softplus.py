@@ -24,7 +24,7 @@ def _beta_x(x, beta, threshold):
     # yh = threshold below 2^-90 (2^-900), where the residual may underflow, needs a
     # threshold that small: the residual is then taken 2^64 (2^128) larger (exact; beta
     # 2^k cannot overflow where yh can equal such a threshold), a choice on the parameter
-    # alone (hoisted). A subnormal threshold took the wrong branch (float32 beta = 3e-13,
+    # alone (hoisted). A subnormal threshold takes the wrong branch (float32 beta = 3e-13,
     # x = 4.8e-33, threshold = 1.4e-45: 2.3e12 for 4.8e-33; float64 beta = 0.37,
     # x = -1.2e-318: 1.87 for -1.2e-318).
     if is_f32(x):

@@ -315,12 +315,12 @@ def _xielu_dx_neg(x, an, beta):
     return k * math.expm1(arg) + c
 
 
-# The float64 root x0 = hi + lo depends on the parameters alone, but a GPU thread ran
-# xielu_root_lo (~250 float64 operations) for each element between 2 x0 and x0/2, and a
-# warp for each such lane: the float64 backward took 1.97 ms at 2^26 elements on an H100,
-# 3.5x the limit, and 0.56 ms (the limit) with lo computed once (same bits; a probe that
-# edited the generated C++). Kernels whose parameters are scalars compute (hi, lo) once per
-# thread (the spec's ``prepared``) and take the derivative below.
+# The float64 root x0 = hi + lo depends on the parameters alone. A GPU thread that runs
+# xielu_root_lo (about 250 float64 operations) for each element between 2 x0 and x0/2
+# holds up its warp for every such lane, which makes the float64 backward compute-bound;
+# computed once, lo costs nothing and gives the same bits. Kernels whose parameters are
+# scalars compute (hi, lo) once per thread (the spec's ``prepared``) and take the
+# derivative below.
 @kernel
 def xielu_dx_prep(ap, an, beta, eps):
     """(hi, lo) of xielu_dx's float64 root x0 = hi + lo (lo = 0 where its root form does
@@ -366,9 +366,9 @@ def _xielu_dx_neg32(x, an, beta):
     plain alpha_n expm1(x) + beta is at least ~2^-18 beta, while its float64 roundings are
     ~2^-51 beta: 2^-33 of it, far below float32's 2^-24. So the root form runs only
     within w of a float32 estimate x0 of the root (w widened by x0's error), not across
-    2 x0 <= x <= x0/2: on a GPU its double-word steps ran in every warp that held one such
-    element (most warps, for data ~ N(0, 1)), and the float32 backward took 10x the copy
-    limit on an H200. The CPU hoists hi and the root's low part out of the loop (x0's
+    2 x0 <= x <= x0/2: on a GPU its double-word steps would run in every warp that holds
+    one such element (most warps, for data ~ N(0, 1)), which makes the float32 backward
+    compute-bound. The CPU hoists hi and the root's low part out of the loop (x0's
     log1p in the test it does not: see the bulk below)."""
     T = type(x)
     xd = numba.float64(x)

@@ -90,9 +90,9 @@ def _min_size_default() -> int:
 
 # Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
 # compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
-# results). Its scalar-parameter loop is not vectorised (iglu: ~15 us at 1,000 elements
-# against ~6 through the loop, plus ~3 us of errstate), but compiling the njit loop costs
-# seconds per activation x kind x dtype (gelu float32 0.6 s), and a compile in the middle
+# results). Its scalar-parameter loop is not vectorised and pays for numpy's errstate, so
+# it is slower than the njit loop, but compiling the njit loop takes a good part of a
+# second per activation x kind x dtype, and a compile in the middle
 # of a run of small calls is a stall nobody asked for. Importing Numba and its target (the
 # ufuncs load without it: cpu._direct) is left to the call after WARM_CALLS, which then
 # loads the loop where it is cached, once per process; a loop cached nowhere leaves the
@@ -211,7 +211,7 @@ def fast(act, kind, data, params, out):
         # Each operand on its own: out may be exactly x (or g), elementwise that is
         # safe; any other overlap (a shifted view) goes to numpy's buffered path. Arrays
         # that own their memory cannot overlap unless they are the same object: the usual
-        # preallocated buffers skip the 0.5 us may_share_memory (and this loop's 0.2).
+        # preallocated buffers skip may_share_memory, the costliest check of a small call.
         if out.base is None and x.base is None and (g is None or g.base is None):
             alias = 0 if out is x else (1 if out is g else None)
         else:
@@ -261,7 +261,7 @@ def fast(act, kind, data, params, out):
     else:
         o1 = o
     if n < THRESHOLD or fast.numba.get_num_threads() == 1:
-        # the operands spelled out: packing them into tuples costs ~0.15 us a call
+        # the operands spelled out: packing them into tuples is a cost on every small call
         if g is None:
             if alias is None:
                 loop(x, o1, 0, n, *vals)

@@ -6,7 +6,7 @@ array interface, or ``cupy.from_dlpack``, which orders the producer's stream bef
 CuPy's), the CuPy backend computes, and new results are handed back to the input's library
 the same way (``torch.from_dlpack``, ``jax.dlpack.from_dlpack``); ``out=`` is written in
 place. Only when cupy is importable: without it such arrays go to the Numba CUDA backend
-(:mod:`iglu_np.backends.numba_cuda`), as before.
+(:mod:`iglu_np.backends.numba_cuda`).
 
 bfloat16 tensors (torch.bfloat16, JAX's bfloat16) become CuPy arrays of
 ``ml_dtypes.bfloat16`` and back (:mod:`iglu_np.backends._interop`).

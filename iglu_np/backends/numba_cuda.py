@@ -264,9 +264,8 @@ def _rebinder():
 
         cuda = _cuda()
         # Inlined by NVVM (forceinline), not in Numba's IR (inline="always"): the IR
-        # inliner deep-copies a callee's whole call tree at every call site, which took
-        # xIELU's backward kernel 400 s to compile; compiled once each, 0.2-1.4 s per
-        # kernel. The simulator runs Python and takes neither option.
+        # inliner deep-copies a callee's whole call tree at every call site, which makes
+        # xIELU's backward kernel take minutes to compile instead of about a second. The simulator runs Python and takes neither option.
         dev = cuda.jit(device=True) if simulator() else cuda.jit(device=True, forceinline=True)
         if simulator():
             # The simulator runs the Python (two_prod's fma exactly, in fractions), and
@@ -1021,8 +1020,8 @@ def _needs_cupy(ops, shape) -> bool:
     On an H200 (numba-cuda-mlir 0.6), iglu with a per-channel sigma (a stride-0 view) over
     a strided 3-d x gave wrong values (25 million ulp), while contiguous operands of the
     result's shape and a strided 2-d x were right; the same kernels are right in
-    numba-cuda's simulator, and the cause is not found yet. Until it is, launches other
-    than that plain case run the CuPy kernels (right on the H200 in every layout)."""
+    numba-cuda's simulator, and the cause is unknown. So launches other than that plain
+    case run the CuPy kernels (right on the H200 in every layout)."""
     if not _mlir() or simulator():
         return False
     return not all(tuple(d.shape) == tuple(shape) and d.is_c_contiguous() for d in ops)
