@@ -47,36 +47,66 @@ def enabled() -> bool:
 _jit = numba.njit(forceinline=True, error_model="numpy", cache=False)
 
 
-# --------------------------------------------------------------------------- bits
-@intrinsic
-def _bits(typingctx, x):
-    """The IEEE bit pattern of a float32/float64 as int32/int64."""
-    if not isinstance(x, nbt.Float):
-        return None
-    ity = nbt.int32 if x.bitwidth == 32 else nbt.int64
+# --------------------------------------------------------------------------- intrinsics
+def _make_intrinsics():
+    """``_bits``, ``_from_bits`` and ``_fma``: new intrinsic objects each call.
 
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(x.bitwidth))
+    An intrinsic keeps one implementation per signature for every typing context (numba
+    0.62 does; 0.68 keeps them apart): once numba-cuda's typing context has typed it, a new
+    CPU function that calls it is lowered with numba-cuda's implementation, which the CPU
+    has no lowering for ("No definition for lowering <function _fma.<locals>.codegen>").
+    So the CPU uses the module's objects and the CUDA backend copies of its own
+    (:func:`intrinsics_for_another_target`)."""
 
-    return ity(x), codegen
+    @intrinsic
+    def _bits(typingctx, x):
+        """The IEEE bit pattern of a float32/float64 as int32/int64."""
+        if not isinstance(x, nbt.Float):
+            return None
+        ity = nbt.int32 if x.bitwidth == 32 else nbt.int64
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.IntType(x.bitwidth))
+
+        return ity(x), codegen
+
+    @intrinsic
+    def _from_bits(typingctx, i, like):
+        """The float of ``like``'s type whose bit pattern is the integer ``i``."""
+        if not isinstance(like, nbt.Float) or not isinstance(i, nbt.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            w = like.bitwidth
+            v = args[0]
+            if i.bitwidth > w:
+                v = builder.trunc(v, ir.IntType(w))
+            elif i.bitwidth < w:
+                v = builder.sext(v, ir.IntType(w))
+            return builder.bitcast(v, context.get_value_type(like))
+
+        return like(i, like), codegen
+
+    @intrinsic
+    def _fma(typingctx, a, b, c):
+        """a * b + c rounded once (llvm.fma: vfmadd on x86-64 since Haswell)."""
+        sig = a(a, b, c)
+
+        def codegen(context, builder, sig, args):
+            return builder.fma(*args)
+
+        return sig, codegen
+
+    return _bits, _from_bits, _fma
 
 
-@intrinsic
-def _from_bits(typingctx, i, like):
-    """The float of ``like``'s type whose bit pattern is the integer ``i``."""
-    if not isinstance(like, nbt.Float) or not isinstance(i, nbt.Integer):
-        return None
+_bits, _from_bits, _fma = _make_intrinsics()
 
-    def codegen(context, builder, sig, args):
-        w = like.bitwidth
-        v = args[0]
-        if i.bitwidth > w:
-            v = builder.trunc(v, ir.IntType(w))
-        elif i.bitwidth < w:
-            v = builder.sext(v, ir.IntType(w))
-        return builder.bitcast(v, context.get_value_type(like))
 
-    return like(i, like), codegen
+def intrinsics_for_another_target() -> dict:
+    """``{module intrinsic: a copy of it}`` for a backend that types these helpers in a
+    typing context of its own (see :func:`_make_intrinsics`)."""
+    return dict(zip((_bits, _from_bits, _fma), _make_intrinsics()))
 
 
 @_jit
@@ -109,17 +139,6 @@ def horner(v, c):
 
 
 _HORNER_IMPLS: dict = {}
-
-
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """a * b + c rounded once (llvm.fma: vfmadd on x86-64 since Haswell)."""
-    sig = a(a, b, c)
-
-    def codegen(context, builder, sig, args):
-        return builder.fma(*args)
-
-    return sig, codegen
 
 
 def _horner_impl(n: int):

@@ -678,3 +678,34 @@ def test_host_overhead_tool_runs_the_thin_path():
                        env=dict(os.environ, PYTHONPATH=str(HERE.parent)))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("us per call") == 6
+
+
+_CPU_AFTER_CUDA = """
+import numba, numpy as np
+from iglu_np import _vmath as V
+import iglu_np.backends.numba_cuda as nc
+
+@numba.njit
+def before(x):
+    return V._fma(x, x, x)
+
+before(0.5)
+nc.compile_ptx("iglu", "fwd", np.float64, cc=(9, 0))  # types the fma in numba-cuda
+
+@numba.njit
+def after(x):
+    return V._fma(x, x, 1.0 * x)
+
+print(after(0.5))
+"""
+
+
+def test_cpu_functions_compiled_after_ptx_still_lower_the_fma(nc):
+    """The CPU and numba-cuda type _vmath's intrinsics through separate objects: a CPU
+    function compiled after a kernel's PTX lowers the fma (numba 0.62 found numba-cuda's
+    implementation there and raised 'No definition for lowering')."""
+    env = dict(os.environ, IGLU_NP_CUDA_TOOLCHAIN="numba-cuda")
+    r = subprocess.run([sys.executable, "-c", _CPU_AFTER_CUDA], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "0.75"

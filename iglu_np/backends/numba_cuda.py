@@ -281,8 +281,11 @@ def _rebinder():
                                 _math.fma: dev(_cuda_fma(cuda))}, numba_ns=mlir_numba)
         else:
             hor = _horner_intrinsic()
-            # _math.fma as on the CPU: llvm.fma, which NVVM emits as fma.rn
-            overrides = {_math.fma: _vmath._fma, _math.horner: hor, _vmath.horner: hor}
+            # _vmath's intrinsics as copies of the CPU's own (_vmath._make_intrinsics says
+            # why); _math.fma as on the CPU: llvm.fma, which NVVM emits as fma.rn
+            overrides = _vmath.intrinsics_for_another_target()
+            overrides.update({_math.fma: overrides[_vmath._fma], _math.horner: hor,
+                              _vmath.horner: hor})
             rb = Rebinder(dev, overrides, helper=_vmath_helper)
             rb.math_ns = _math_namespace(rb)
         _state["rebinder"] = rb
