@@ -182,7 +182,13 @@ def _like(like, r):
     if k == "jax":
         return sys.modules["jax"].device_put(r)
     ns = getattr(like, "__array_namespace__", None)
-    return r if ns is None else ns().from_dlpack(r)
+    if ns is None:
+        return r
+    xp = ns()
+    try:  # on the input's device (a namespace may default to another CPU device)
+        return xp.from_dlpack(r, device=like.device)
+    except TypeError:  # a namespace older than the 2023.12 standard: no device keyword
+        return xp.from_dlpack(r)
 
 
 def _args(act, data, params):
