@@ -11,6 +11,8 @@ from dask.callbacks import Callback  # noqa: E402
 import iglu_np  # noqa: E402
 from iglu_np import _params  # noqa: E402
 
+from .bitwise import assert_same_bits  # noqa: E402
+
 NAMES = list(iglu_np.ACTIVATIONS)
 WITH_PARAMS = [n for n in NAMES if iglu_np.ACTIVATIONS[n].params]
 # The backend is generic: iglu (one parameter) and the activation with the most parameters
@@ -34,18 +36,11 @@ def _x(n, dtype, seed=0):
         return rng.permutation(v).astype(dtype)
 
 
-def _bits(a):
-    a = np.asarray(a)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
 def assert_bitwise(lazy, ref):
     assert isinstance(lazy, da.Array)
     got = lazy.compute(scheduler="sync")
-    ref = np.asarray(ref)
-    assert got.dtype == ref.dtype == lazy.dtype
-    assert got.shape == ref.shape == lazy.shape
-    np.testing.assert_array_equal(_bits(got), _bits(ref))
+    assert got.dtype == lazy.dtype and got.shape == lazy.shape
+    assert_same_bits(got, ref)
 
 
 class CountTasks(Callback):
@@ -99,6 +94,25 @@ def _check_all_kinds(name, dtype, chunks):
         assert_bitwise(dp[p], dpn[p])
     r = act(x)
     assert r.chunks == x.chunks
+
+
+def test_chunks_equal_the_whole_array_whichever_cpu_loop_runs_each(monkeypatch):
+    """float32 softplus d_beta at x = NaN: the ufunc (chunks) gives +NaN, the njit loop
+    (whole array) -NaN (bitwise.py says why); every other bit is the same."""
+    from iglu_np.backends import cpu_backend
+    xn = _x(1000, np.float32)
+    run = lambda x: iglu_np.softplus.dparams(x)["beta"]  # noqa: E731
+    loops = cpu_backend._loops()
+    monkeypatch.setattr(loops, "plans", {})  # no loop planned yet: small calls take the ufunc
+    monkeypatch.setattr(cpu_backend, "_calls", {})
+    monkeypatch.setattr(cpu_backend, "MIN_SIZE", 1 << 62)
+    chunked = run(da.from_array(xn, chunks=128))
+    got = chunked.compute(scheduler="sync")
+    assert not loops.plans
+    monkeypatch.setattr(cpu_backend, "MIN_SIZE", 0)  # the whole array: the njit loop
+    whole = run(xn)
+    assert loops.plans
+    assert_same_bits(got, whole)
 
 
 def test_one_element_chunks():

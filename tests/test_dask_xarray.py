@@ -8,6 +8,8 @@ xr = pytest.importorskip("xarray")
 
 import iglu_np  # noqa: E402
 
+from .bitwise import assert_same_bits  # noqa: E402
+
 
 def _da(dtype=np.float64):
     rng = np.random.default_rng(0)
@@ -32,9 +34,7 @@ def _same_labels(r, x):
 
 
 def _bits_equal(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype
-    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    assert_same_bits(a, b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

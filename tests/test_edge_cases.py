@@ -11,6 +11,8 @@ import pytest
 
 import iglu_np
 
+from .bitwise import assert_same_bits
+
 NAMES = list(iglu_np.ACTIVATIONS)
 
 
@@ -107,11 +109,10 @@ def test_float32_parameter_array_partly_beyond_range_is_elementwise(name, p, v):
             assert whole.dtype == np.float32
             for j in range(n):
                 alone = f(x[:, j:j + 1], g[:, j:j + 1], **{p: col[j:j + 1]})
-                np.testing.assert_array_equal(whole[:, j:j + 1].view(np.uint32),
-                                              alone.view(np.uint32), err_msg=f"{what} column {j}")
+                assert_same_bits(whole[:, j:j + 1], alone, err_msg=f"{what} column {j}")
         out = np.empty_like(x)
         a(x, **{p: col}, out=out)
-        np.testing.assert_array_equal(out.view(np.uint32), a(x, **{p: col}).view(np.uint32))
+        assert_same_bits(out, a(x, **{p: col}))
         bp = a.backward_params(x, g, **{p: col})[p]
         for j in range(n):
             alone = a.backward_params(x[:, j:j + 1], g[:, j:j + 1], **{p: col[j:j + 1]})[p]

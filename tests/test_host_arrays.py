@@ -14,6 +14,8 @@ import iglu_np
 from iglu_np import backends
 from iglu_np.backends import host_arrays
 
+from .bitwise import assert_same_bits
+
 
 def _torch():
     return pytest.importorskip("torch", reason="the torch comparisons need torch (CI installs it)")
@@ -33,10 +35,7 @@ def _xps():
 
 
 def _same(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    bits = [np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in (a, b)]
-    assert np.array_equal(*bits), (a, b)
+    assert_same_bits(a, b)
 
 
 def _calls(act, x, g, **params):

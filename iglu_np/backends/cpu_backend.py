@@ -1,6 +1,7 @@
 """CPU backend: numpy arrays, numpy scalars, Python numbers and lists, through Numba.
 
-Two kinds of compiled code, both from the spec's scalar kernels and bit-identical:
+Two kinds of compiled code, both from the spec's scalar kernels and bit-identical (a NaN
+result's sign aside: a vectorised loop may take the other operand's NaN where two meet):
 
 * numpy ufuncs (:mod:`iglu_np.backends.cpu`): any layout, broadcasting, casting, ``out=``
   with numpy's semantics; one thread;
