@@ -110,14 +110,16 @@ def nvrtc_compile(source: str, cc=(9, 0), name="iglu_np_test.cu", options=()):
     opts += [o.encode() for o in options]
     try:
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        # NVRTC writes into the buffer: a bytearray, never bytes (b" " * 1 is the
+        # interpreter's shared b" ", and a 1-byte log, the bare NUL, would zero it)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        buf = b" " * size
+        buf = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00").strip()
         if int(res[0]) != 0:
             raise RuntimeError(f"NVRTC compile failed:\n{log}")
         size = _check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
-        buf = b" " * size
+        buf = bytearray(size)
         nvrtc.nvrtcGetPTX(prog, buf)
         return buf.decode().rstrip("\x00"), log
     finally:

@@ -123,6 +123,16 @@ def _nvrtc_cases():
         yield pytest.param(name, (9, 0), id=f"sm_90-{name}", marks=marks)
 
 
+def test_nvrtc_compile_leaves_the_interpreters_one_byte_bytes_intact(nvrtc):
+    """An empty NVRTC log is one byte (its NUL). Written into a 1-byte ``bytes`` it would
+    land in the interpreter's shared ``b" "`` and turn every later one into ``b"\\x00"``
+    (numpy's .npy header padding among them: unreadable model files)."""
+    ptx, log = H.nvrtc_compile('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }', (8, 0))
+    assert log == "" and ".entry" in ptx
+    assert bytes((32, 0))[:1] == bytearray(b"\x20")  # the shared 1-byte object of 0x20
+    assert b" " * 3 == bytes(bytearray(b"\x20\x20\x20"))
+
+
 @pytest.mark.parametrize("name, cc", list(_nvrtc_cases()))
 def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
     spec = _spec_with_cxx(name)
