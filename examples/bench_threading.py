@@ -6,7 +6,7 @@ competing busy processes, calls of 10^4 to 10^7 float32 elements (``iglu`` forwa
 
 Each layer runs in a fresh process (Numba fixes the layer at its first parallel launch);
 the busy processes are plain Python loops started before and stopped after each run. The
-figures behind the busy-machine guard in iglu_np.backends.cpu_fast.
+figures behind the busy-machine guard in iglu_np.backends.cpu.loops.
 
 On a 2-core AVX-512 Xeon VM (load ~1 from other work), ms per call:
 
@@ -47,7 +47,7 @@ import numba
 if layer != "default":
     numba.config.THREADING_LAYER = layer
 import iglu_np
-from iglu_np.backends import cpu_fast
+from iglu_np.backends.cpu import loops as cpu_fast
 if threads:
     numba.set_num_threads(threads)
 out = {}

@@ -5,7 +5,7 @@ An activation is declared once, in a small module under ``iglu_np/activations``,
 
 * scalar kernels written in plain Python (``f``, ``dx`` and one per parameter) that the
   backends compile: Numba ufuncs on the CPU, Numba CUDA device functions on the GPU, and
-  C++ translated from them for CuPy (:mod:`iglu_np.backends.cxx_gen`).
+  C++ translated from them for CuPy (:mod:`iglu_np.backends.codegen.cxx_translate`).
   They use ``math`` and the helpers of :mod:`iglu_np._math` imported *by name*, and the
   ``T = type(x)`` idiom so float32 arithmetic stays float32;
 * the parameters with defaults, domains and test values;

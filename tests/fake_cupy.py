@@ -1,5 +1,5 @@
 """A stand-in for ``cupy`` on machines without a GPU: enough of its surface to drive
-:mod:`iglu_np.backends.cupy_backend` through the public calls (``iglu_np.iglu(x)`` on a
+:mod:`iglu_np.backends.cuda.cupy` through the public calls (``iglu_np.iglu(x)`` on a
 fake array), with every kernel launch recorded instead of run.
 
 * :class:`ndarray` is a descriptor: shape, dtype, strides, contiguity flags, a fake device
@@ -347,7 +347,7 @@ def install(monkeypatch):
     """``sys.modules['cupy']`` is this module for the test, and the backend's caches
     (kernels, launch plans, the dispatcher's per-type thin paths) start empty."""
     from iglu_np import backends
-    from iglu_np.backends import cupy_backend as cb
+    from iglu_np.backends.cuda import cupy as cb
 
     me = module()
     monkeypatch.setitem(sys.modules, "cupy", me)

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-N = 1 << 18  # at least cpu_backend.THRESHOLD's default: the threaded loops
+N = 1 << 18  # at least tiers.THRESHOLD's default: the threaded loops
 TIMEOUT = 120.0  # s per pool; a child that works takes a few
 
 
@@ -84,7 +84,7 @@ def main(methods) -> dict:
     want = work(0)
     want.pop("threads_lost")
     from iglu_np import _forksafe
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
     layer = numba.threading_layer()
     vendor = None

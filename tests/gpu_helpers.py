@@ -3,7 +3,7 @@
 * NVRTC (``cuda-bindings`` + the ``nvidia-cuda-nvrtc`` wheel) compiles the CuPy kernels'
   C++ to PTX; nvJitLink assembles PTX (from NVRTC or Numba) to CUBIN and reports what
   ptxas reports (registers, spills, local memory), no driver needed.
-* ``cupy_like_source`` wraps a :class:`iglu_np.backends.cxx.KernelSource` the way CuPy's
+* ``cupy_like_source`` wraps a :class:`iglu_np.backends.codegen.cxx.KernelSource` the way CuPy's
   ElementwiseKernel does (typedefs for the type placeholders, one element per iteration
   of a grid-stride loop, the body line verbatim), so NVRTC sees what CuPy would compile.
 * ``host_library`` builds the same preamble and body with g++ into a shared library
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iglu_np.backends import cxx
+from iglu_np.backends.codegen import cxx
 
 ARCHS = ((8, 0), (9, 0))
 
@@ -45,7 +45,7 @@ def default_or_slow(names, default=GPU_DEFAULT):
     return [n if n in default else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 # numba-cuda 0.30 overloads numpy.row_stack, which numpy 2.5 removed: there it cannot
-# compile a kernel (iglu_np.backends.cuda_toolchain says so to users), so its offline PTX
+# compile a kernel (iglu_np.backends.cuda.toolchain says so to users), so its offline PTX
 # checks cannot run; tests/test_mlir_ptx.py compiles the kernels through numba-cuda-mlir,
 # the default toolchain, on every numpy. conftest.py accepts this skip under
 # IGLU_NP_STRICT_SKIPS=1 only where numpy has no row_stack.

@@ -135,7 +135,7 @@ def test_strided_and_broadcast_operands_take_the_reductions(name, monkeypatch):
     the loops (the ufunc + numpy sum path is several times slower): the same gradients as
     the loops give on those copies, close to a float64 sum of the exact elementwise terms;
     backward_all with out= a strided view of grad_out itself reads grad_out first."""
-    from iglu_np.backends import cpu_backend
+    from iglu_np.backends.cpu import backend as cpu_backend
 
     act = iglu_np.get(name)
     rng = np.random.default_rng(11)

@@ -62,7 +62,7 @@ def test_per_call_times_our_calls_and_cupy_negative(monkeypatch):
     # the measurement loop with the fake cupy (nothing runs on a device): one negative
     # row and one row per activation for each size, our calls through the thin path
     from iglu_np import backends
-    from iglu_np.backends import cupy_backend as cb
+    from iglu_np.backends.cuda import cupy as cb
 
     from . import fake_cupy
 

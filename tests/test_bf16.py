@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu_backend
+from iglu_np.backends.cpu import tiers
 
 from . import accuracy as acc
 
@@ -143,11 +143,11 @@ def test_bf16_threaded_loops_match_one_thread():
 
     code = (
         "import numpy as np, numba, ml_dtypes, iglu_np\n"
-        "from iglu_np.backends import cpu_backend\n"
+        "from iglu_np.backends.cpu import tiers\n"
         "assert numba.get_num_threads() == 2\n"
         "BF16 = np.dtype(ml_dtypes.bfloat16)\n"
         "rng = np.random.default_rng(0)\n"
-        "n = cpu_backend.THRESHOLD + 12345\n"
+        "n = tiers.THRESHOLD + 12345\n"
         "x = (rng.standard_normal(n) * np.exp2(rng.integers(-8, 8, n))).astype(np.float32)\n"
         "x[:5] = [0.0, -0.0, np.inf, -np.inf, 1e-40]\n"
         "x = x.astype(BF16)\n"
@@ -166,7 +166,7 @@ def test_bf16_threaded_loops_match_one_thread():
 
 def test_bf16_rounding_matches_ml_dtypes():
     """The loops' rounding of float32 bits: ties to even, subnormals, overflow, NaNs."""
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
     rng = np.random.default_rng(2)
     u = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
@@ -239,10 +239,10 @@ def _check_all_inputs(name, kind):
 def ufunc_path():
     """Every call through the ufunc and numpy's casts: the loops give the same bits
     (above), and they would compile ~60 kernels here."""
-    old = cpu_backend.MIN_SIZE
-    cpu_backend.set_min_size(1 << 30)
+    old = tiers.MIN_SIZE
+    tiers.set_min_size(1 << 30)
     yield
-    cpu_backend.set_min_size(old)
+    tiers.set_min_size(old)
 
 
 NAMES = sorted(iglu_np.ACTIVATIONS)

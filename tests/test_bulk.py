@@ -11,7 +11,8 @@ import pytest
 
 import iglu_np
 from iglu_np import backends
-from iglu_np.backends import cpu, cpu_fast
+from iglu_np.backends.cpu import ufuncs as cpu
+from iglu_np.backends.cpu import loops as cpu_fast
 
 from . import accuracy as acc
 from .test_fast_path import _same, fast_path_at_every_size  # noqa: F401 (autouse)

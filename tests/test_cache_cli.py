@@ -36,7 +36,8 @@ USER = textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import iglu_np
-        from iglu_np.backends import cpu_backend, cpu_fast
+        from iglu_np.backends.cpu import backend as cpu_backend
+        from iglu_np.backends.cpu import loops as cpu_fast
         cpu_backend.set_threshold(1 << 16)
         a = iglu_np.leaky_relu
         small = np.linspace(-3, 3, 10, dtype=np.float32)

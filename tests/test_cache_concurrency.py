@@ -11,7 +11,7 @@ CHILD = textwrap.dedent("""
     import sys, time
     import numpy as np
     from iglu_np._spec import REGISTRY
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
     if sys.argv[2] == "unlocked":
         cpu_fast.fcntl = None
     loop = cpu_fast._module(REGISTRY["relu"]).loop_fwd
@@ -29,7 +29,7 @@ CHECK = textwrap.dedent("""
     import numpy as np, numba
     from numba import types as nbt
     from iglu_np._spec import REGISTRY
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
     loop = cpu_fast._module(REGISTRY["relu"]).loop_fwd
     index = loop._cache._cache_file._load_index()
     names = sorted(index.values())

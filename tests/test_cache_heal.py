@@ -106,7 +106,7 @@ OTHER_VERSION = {
 QUICK = {("nbi", "garbled"), ("nbc", "truncated"), ("py", "garbled"), ("ufunc", "one byte flipped"),
          ("nbi", "another llvmlite")}
 # nbi/nbc: Numba's index and data files; py: the generated module; ufunc: a ufunc's loop
-# objects (iglu_np.backends._direct)
+# objects (iglu_np.backends.cpu._direct)
 CASES = [pytest.param(w, h, marks=() if (w, h) in QUICK else pytest.mark.slow, id=f"{w}-{h}")
          for w in ("nbi", "nbc", "py", "ufunc") for h in DAMAGE
          if not (w == "py" and h == "one byte flipped")]
@@ -182,7 +182,7 @@ def test_an_unusable_cache_dir_falls_back(tmp_path):
     """IGLU_NP_CACHE_DIR under a regular file: the next candidate directory, silently."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code = ("import numpy as np, iglu_np\nfrom iglu_np.backends import cpu\n"
+    code = ("import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import ufuncs as cpu\n"
             "iglu_np.relu(np.ones(3))\nprint(cpu._gen_dir())")
     r = subprocess.run([sys.executable, "-W", "error", "-c", code],
                        env=_env(blocker / "cache", tmp_path / "home"),

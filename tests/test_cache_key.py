@@ -1,4 +1,4 @@
-"""The on-disk kernel cache is keyed per activation (iglu_np.backends.cpu.kernel_hash):
+"""The on-disk kernel cache is keyed per activation (iglu_np.backends.cpu.ufuncs.kernel_hash):
 an edit to one activation's file recompiles that activation (and its family in the same
 file) alone; an edit to a helper recompiles the activations that use it."""
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import iglu_np
-from iglu_np.backends import cpu
+from iglu_np.backends.cpu import ufuncs as cpu
 
 PKG = Path(iglu_np.__file__).resolve().parent
 
@@ -48,10 +48,11 @@ def test_editing_one_activation_file_changes_only_its_keys():
     assert _changed(NAMES, _edited("activations/relu.py")) == {"relu"}
     # the trainer, the CLI, the GPU backends, the public API, the dispatcher, parameter
     # validation and the CPU backend's choices: no kernel recompiles
-    fast = ("backends/cpu_fast.py",)
-    for rel in ("_api.py", "cli/__init__.py", "nn/autodiff.py", "backends/numba_cuda.py",
-                "backends/cxx.py", "backends/__init__.py", "_params.py",
-                "backends/cpu_backend.py"):
+    from iglu_np.backends.cpu.loops import KEY_FILES as fast
+
+    for rel in ("_api.py", "cli/__init__.py", "nn/autodiff.py", "backends/cuda/numba_cuda/_run.py",
+                "backends/codegen/cxx.py", "backends/__init__.py", "_params.py",
+                "backends/cpu/backend.py", "backends/cpu/tiers.py"):
         assert not _changed(NAMES, _edited(rel)), rel
         assert not _changed(NAMES, _edited(rel), fast), rel
 
@@ -70,12 +71,14 @@ def test_editing_a_helper_changes_the_keys_of_its_users():
 
 
 def test_generators_change_every_key():
-    assert _changed(NAMES, _edited("backends/cpu.py")) == set(NAMES)
+    assert _changed(NAMES, _edited("backends/cpu/ufuncs.py")) == set(NAMES)
     assert _changed(NAMES, _edited("_spec.py")) == set(NAMES)
-    # cpu_fast.py keys the njit loops, not the ufuncs
-    fast = ("backends/cpu_fast.py",)
-    assert _changed(NAMES, _edited("backends/cpu_fast.py"), fast) == set(NAMES)
-    assert not _changed(NAMES, _edited("backends/cpu_fast.py"))
+    # the loops' module and the source it compiles key the njit loops, not the ufuncs
+    from iglu_np.backends.cpu.loops import KEY_FILES as fast
+
+    for rel in ("backends/cpu/loops.py", "backends/cpu/loop_source.py"):
+        assert _changed(NAMES, _edited(rel), fast) == set(NAMES), rel
+        assert not _changed(NAMES, _edited(rel)), rel
 
 
 def test_global_values_read_by_kernels_are_in_the_key(monkeypatch):
@@ -90,9 +93,9 @@ def test_global_values_read_by_kernels_are_in_the_key(monkeypatch):
 def test_generated_module_files_carry_the_key():
     spec = iglu_np.get("relu").spec
     assert cpu.kernel_hash(spec) in cpu._module(spec).__file__
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
-    assert cpu.kernel_hash(spec, extra=("backends/cpu_fast.py",)) in cpu_fast._module(spec).__file__
+    assert cpu.kernel_hash(spec, extra=cpu_fast.KEY_FILES) in cpu_fast._module(spec).__file__
 
 
 @pytest.mark.parametrize("name", list(iglu_np.ACTIVATIONS))
@@ -128,7 +131,7 @@ def test_key_follows_the_loaded_code_not_only_the_file():
     import dataclasses
     import types
 
-    from iglu_np.backends import cpu
+    from iglu_np.backends.cpu import ufuncs as cpu
 
     spec = iglu_np.get("iglu").spec
     f = spec.dx
@@ -147,7 +150,7 @@ def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatc
     import os
     import time
 
-    from iglu_np.backends import cpu
+    from iglu_np.backends.cpu import ufuncs as cpu
 
     monkeypatch.setitem(cpu._state, "dir", tmp_path)
     (tmp_path / "__pycache__").mkdir()
@@ -179,7 +182,7 @@ def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatc
 
 _SERIAL_THEN_PARALLEL = r"""
 import sys, numba, numpy as np
-from iglu_np.backends import cpu_fast
+from iglu_np.backends.cpu import loops as cpu_fast
 stage = sys.argv[1]
 x = np.linspace(-3, 3, 1 << 17).astype(np.float32)
 o = np.empty_like(x)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iglu_np.backends import cuda_array
+from iglu_np.backends.cuda import device_arrays as cuda_array
 
 
 class _CAI:

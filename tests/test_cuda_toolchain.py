@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from iglu_np.backends import cuda_toolchain as tc
+from iglu_np.backends.cuda import toolchain as tc
 
 
 def test_choice_follows_the_environment_and_what_is_installed(monkeypatch):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import types
 
-from iglu_np.backends import cupy_backend as cb
-from iglu_np.backends import cxx
+from iglu_np.backends.cuda import cupy as cb
+from iglu_np.backends.codegen import cxx
 
 
 def test_our_options_ask_for_ieee_subnormals_and_carry_the_marker():

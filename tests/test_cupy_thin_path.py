@@ -22,7 +22,7 @@ import pytest
 
 import iglu_np
 from iglu_np import _params, backends
-from iglu_np.backends import cupy_backend as cb
+from iglu_np.backends.cuda import cupy as cb
 
 from . import fake_cupy
 from . import gpu_helpers as H

@@ -1,4 +1,4 @@
-"""The Python -> C++ kernel translator (iglu_np.backends.cxx_gen) on its own.
+"""The Python -> C++ kernel translator (iglu_np.backends.codegen.cxx_translate) on its own.
 
 A synthetic kernel that uses every construct of the kernel language (tuple returns and
 unpacking, locals first assigned in branches, elif chains, Numba's max/min with NaN,
@@ -18,7 +18,8 @@ import pytest
 
 from iglu_np._math import horner, is_f32
 from iglu_np._spec import kernel
-from iglu_np.backends import cxx, cxx_gen
+from iglu_np.backends.codegen import cxx
+from iglu_np.backends.codegen import cxx_translate as cxx_gen
 
 from . import gpu_helpers as H
 
@@ -56,7 +57,7 @@ def _constructs(x, s):
 
 
 def _numba(fn):
-    from iglu_np.backends.cpu import _rebinder
+    from iglu_np.backends.cpu.ufuncs import _rebinder
 
     return _rebinder()(fn)
 

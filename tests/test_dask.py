@@ -99,17 +99,17 @@ def _check_all_kinds(name, dtype, chunks):
 def test_chunks_equal_the_whole_array_whichever_cpu_loop_runs_each(monkeypatch):
     """float32 softplus d_beta at x = NaN: the ufunc (chunks) gives +NaN, the njit loop
     (whole array) -NaN (bitwise.py says why); every other bit is the same."""
-    from iglu_np.backends import cpu_backend
+    from iglu_np.backends.cpu import tiers
     xn = _x(1000, np.float32)
     run = lambda x: iglu_np.softplus.dparams(x)["beta"]  # noqa: E731
-    loops = cpu_backend._loops()
+    loops = tiers._loops()
     monkeypatch.setattr(loops, "plans", {})  # no loop planned yet: small calls take the ufunc
-    monkeypatch.setattr(cpu_backend, "_calls", {})
-    monkeypatch.setattr(cpu_backend, "MIN_SIZE", 1 << 62)
+    monkeypatch.setattr(tiers, "_calls", {})
+    monkeypatch.setattr(tiers, "MIN_SIZE", 1 << 62)
     chunked = run(da.from_array(xn, chunks=128))
     got = chunked.compute(scheduler="sync")
     assert not loops.plans
-    monkeypatch.setattr(cpu_backend, "MIN_SIZE", 0)  # the whole array: the njit loop
+    monkeypatch.setattr(tiers, "MIN_SIZE", 0)  # the whole array: the njit loop
     whole = run(xn)
     assert loops.plans
     assert_same_bits(got, whole)

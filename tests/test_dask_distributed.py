@@ -90,7 +90,7 @@ def test_forward_backward_and_param_sums_on_worker_processes(cluster_client):
 
     # every worker built (or loaded from Numba's cache) the kernels its tasks used
     def loaded():
-        from iglu_np.backends import cpu
+        from iglu_np.backends.cpu import ufuncs as cpu
 
         return sorted(k[1:] for k in cpu._state if k[0] == "ufunc")
 

@@ -1,5 +1,5 @@
-"""The CPU backend's loops (njit/prange, iglu_np.backends.cpu_fast; chosen by
-iglu_np.backends.cpu_backend) against the ufuncs.
+"""The CPU backend's loops (njit/prange, iglu_np.backends.cpu.loops; chosen by
+iglu_np.backends.cpu.backend) against the ufuncs.
 
 Both compile the same scalar kernels without fastmath, so results must agree bit for bit:
 on the accuracy sweep's points (so tests/accuracy.py's bounds carry over), threaded vs
@@ -12,7 +12,9 @@ import pytest
 
 import iglu_np
 from iglu_np import backends
-from iglu_np.backends import cpu_backend, cpu_fast
+from iglu_np.backends.cpu import backend as cpu_backend
+from iglu_np.backends.cpu import tiers
+from iglu_np.backends.cpu import loops as cpu_fast
 
 from . import accuracy as acc
 
@@ -25,7 +27,7 @@ IDS = ["f32", "f64"]
 @pytest.fixture(autouse=True)
 def fast_path_at_every_size():
     # small arrays normally take the ufunc (no njit compile); here the loops are under test
-    old = cpu_backend.MIN_SIZE
+    old = tiers.MIN_SIZE
     cpu_backend.set_min_size(0)
     yield
     cpu_backend.set_min_size(old)
@@ -33,7 +35,7 @@ def fast_path_at_every_size():
 
 @pytest.fixture
 def threads_always():
-    old = cpu_backend.THRESHOLD
+    old = tiers.THRESHOLD
     cpu_backend.set_threshold(0)
     yield
     cpu_backend.set_threshold(old)
@@ -41,7 +43,7 @@ def threads_always():
 
 @pytest.fixture
 def threads_never():
-    old = cpu_backend.THRESHOLD
+    old = tiers.THRESHOLD
     cpu_backend.set_threshold(1 << 62)
     yield
     cpu_backend.set_threshold(old)
@@ -129,7 +131,7 @@ def test_threaded_equals_single_thread(n, dtype, request):
 def test_threaded_blocks_cover_every_element_at_any_skew(dtype, request):
     # Threaded blocks after the first start on the output's first cache line (cpu_fast._skew):
     # at each offset from a line every element is computed once, out= and in place alike.
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
     request.getfixturevalue("threads_always")
     n = 2 * cpu_fast.TASK_BLOCK + 37
@@ -315,16 +317,16 @@ def test_small_calls_are_tiered():
     bits; a loop that is not compiled anywhere is never compiled for them
     (tests/test_first_calls.py)."""
     act = iglu_np.get("iglu")
-    old = cpu_backend.MIN_SIZE
+    old = tiers.MIN_SIZE
     cpu_backend.set_min_size(1 << 20)
     try:
         key = ("iglu", "dx", "f", None)
         cpu_fast.plan("iglu", "dx", np.dtype(np.float32))  # compiled (or loaded): on disk
         cpu_fast.plans.pop(key, None)
-        cpu_backend._calls.pop(key, None)
+        tiers._calls.pop(key, None)
         x = np.linspace(-50, 50, 301).astype(np.float32)
         first = act.dx(x, sigma=0.7)
-        for _ in range(cpu_backend.WARM_CALLS - 1):
+        for _ in range(tiers.WARM_CALLS - 1):
             act.dx(x, sigma=0.7)
         assert key not in cpu_fast.plans
         hot = act.dx(x, sigma=0.7)
@@ -461,7 +463,7 @@ def test_threads_launching_parallel_loops_under_workqueue():
 
     code = (
         "import threading, numpy as np, numba, iglu_np\n"
-        "from iglu_np.backends import cpu_backend\n"
+        "from iglu_np.backends.cpu import backend as cpu_backend\n"
         "cpu_backend.set_threshold(1024)\n"
         "xs = [np.linspace(-9, 9, 50_000 + i, dtype=np.float32) for i in range(3)]\n"
         "want = [iglu_np.iglu.ufunc(x, np.float32(1.0)) for x in xs]\n"
@@ -484,7 +486,7 @@ def test_busy_machine_guard_tolerates_threaded_calls_a_little_slower(monkeypatch
     """Threaded calls up to LOSS times the one-thread baseline are not losses (a memory-bound
     kernel in a slow-memory second can cross 1.0); beyond, two in a row trip the guard. A
     fake clock: each call advances it by its cost."""
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
     class Clock:
         now = 100.0
@@ -519,7 +521,7 @@ def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
     ends it. Sleeping fakes stand in for the calls (5x apart, no timing of real code)."""
     import time
 
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
 
     monkeypatch.setattr(cpu_fast, "_par_threadsafe", True)
     monkeypatch.setattr(cpu_fast, "COOL_MIN", 0.2)

@@ -64,14 +64,15 @@ HOT_CHILD = textwrap.dedent("""
     import sys
     import numpy as np
     import iglu_np
-    from iglu_np.backends import cpu, cpu_backend
+    from iglu_np.backends.cpu import ufuncs as cpu
+    from iglu_np.backends.cpu import tiers
     x = np.linspace(-4, 4, 10).astype(np.float32)
     first = iglu_np.relu(x)
-    for _ in range(cpu_backend.WARM_CALLS - 1):
+    for _ in range(tiers.WARM_CALLS - 1):
         iglu_np.relu(x)
     numba_before = "numba" in sys.modules
     hot = iglu_np.relu(x)
-    from iglu_np.backends import cpu_fast
+    from iglu_np.backends.cpu import loops as cpu_fast
     loop = cpu_fast._module(iglu_np.relu.spec).loop_fwd
     def no_ufunc(*a, **k):
         raise AssertionError("a hot small call took the ufunc")
@@ -91,7 +92,7 @@ def test_a_process_of_small_calls_alone_moves_to_the_cached_loop(tmp_path):
     env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("IGLU_NP_FAST_NOCACHE", None)
     env.pop("IGLU_NP_FAST_WARM_CALLS", None)
-    fill = ("import numpy as np, iglu_np\nfrom iglu_np.backends import cpu_fast\n"
+    fill = ("import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import loops as cpu_fast\n"
             "iglu_np.relu(np.ones(3, np.float32))\n"
             "cpu_fast.plan('relu', 'fwd', np.dtype(np.float32))")
     for code in (fill, HOT_CHILD):

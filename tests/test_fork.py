@@ -62,7 +62,7 @@ def test_pool_children_after_threaded_use_on_every_layer_that_loads_here():
 _LOCK_HELD_AT_FORK = """
 import os, sys, threading, time
 import numpy as np, iglu_np
-from iglu_np.backends import cpu
+from iglu_np.backends.cpu import ufuncs as cpu
 held, release = threading.Event(), threading.Event()
 def holder():
     with cpu._lock:

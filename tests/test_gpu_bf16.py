@@ -37,7 +37,7 @@ import pytest
 
 import iglu_np
 from iglu_np._spec import REGISTRY
-from iglu_np.backends import cxx
+from iglu_np.backends.codegen import cxx
 
 from . import gpu_helpers as H
 
@@ -436,7 +436,7 @@ def _aligned(n, dt):
 
 
 def test_vector_plan_takes_bf16_and_keeps_the_result_dtype():
-    from iglu_np.backends.cupy_backend import vector_plan
+    from iglu_np.backends.cuda.cupy import vector_plan
 
     f32, f64, f16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
     x = _aligned(1024, BF16)
@@ -479,7 +479,7 @@ def test_numba_cuda_refuses_bf16_naming_the_cupy_backend():
 
 
 def test_bf16_arrays_are_recognised_by_name():
-    from iglu_np.backends._interop import _Bits16, is_bf16_array
+    from iglu_np.backends.cuda._interop import _Bits16, is_bf16_array
 
     torch = pytest.importorskip("torch", reason="torch.bfloat16 operands (the torch extra)")
     assert is_bf16_array(np.zeros(3, BF16)) and is_bf16_array(torch.zeros(3, dtype=torch.bfloat16))

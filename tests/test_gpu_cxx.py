@@ -15,7 +15,7 @@
   log-spaced +-[1e-30, 1e6], the underflow tails, the dtype's extremes, subnormals, +-0,
   +-inf, nan and several parameter values, with FMA contraction off (as the kernels are
   compiled for the GPU): the C++ is translated from the same Python, elementary functions
-  included (iglu_np.backends.cxx_gen). With FMA contraction on, within a few ulp, counted
+  included (iglu_np.backends.codegen.cxx_translate). With FMA contraction on, within a few ulp, counted
   like the accuracy harness: in ulp of the spec's scale where the value cancels.
 
 Every activation's kernels translate to C++; a completeness test fails naming any that
@@ -30,7 +30,7 @@ import pytest
 
 import iglu_np
 from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
-from iglu_np.backends import cxx
+from iglu_np.backends.codegen import cxx
 
 from . import accuracy as acc
 from . import gpu_helpers as H

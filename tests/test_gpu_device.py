@@ -68,11 +68,11 @@ def cupy():
 def cuda():
     """The ``numba_cuda`` backend's own toolchain module (numba-cuda-mlir where installed):
     on a GPU machine a toolchain that cannot run is a failure, not a skip."""
-    from iglu_np.backends import numba_cuda
+    from iglu_np.backends.cuda import numba_cuda
 
     ok, why = numba_cuda.status()
     assert ok, why
-    return numba_cuda._cuda()
+    return numba_cuda._discovery._cuda()
 
 
 @pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
@@ -206,7 +206,7 @@ def test_numba_cuda_thin_path_gives_the_general_forms_bits(cupy, cuda, name, dt)
     raw pointers); the same values one element into a buffer take the general scalar
     form: the same bits (the same device function), at sizes with every tail length; relu
     gives the CPU's bits, the rest are within CROSS_ULP of the CPU."""
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     act = iglu_np.get(name)
     ps = _params(act)
@@ -228,7 +228,7 @@ def test_numba_cuda_thin_path_gives_the_general_forms_bits(cupy, cuda, name, dt)
             else:
                 _close(got, want, dt, f"{name} {kind} n={n}", act.spec, kind, x,
                        g if kind == "bwd" else None, ps)
-        ran = {k[1] for k in nc._plans if k[0] == name and k[2][0] == np.dtype(dt) and k[3] is cupy.ndarray}
+        ran = {k[1] for k in nc._thin_path._plans if k[0] == name and k[2][0] == np.dtype(dt) and k[3] is cupy.ndarray}
         assert ran >= {"fwd", "dx", "bwd"}, ran  # the thin path ran
         # Numba device arrays, out= and in place
         dx = cuda.to_device(x)

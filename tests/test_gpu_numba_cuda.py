@@ -29,7 +29,7 @@ import pytest
 
 import iglu_np
 from iglu_np._spec import REGISTRY  # populated by the iglu_np import above
-from iglu_np.backends import cxx
+from iglu_np.backends.codegen import cxx
 
 from . import gpu_helpers as H
 
@@ -42,7 +42,7 @@ def _numba_cuda_or_skip():
         from numba import cuda  # noqa: F401
     except ImportError as e:
         pytest.skip(f"numba-cuda not installed ({e}); pip install -e .[gpu-verify]")
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     if nc.simulator():
         pytest.skip("this process runs the CUDA simulator; PTX needs the real target")
@@ -62,7 +62,7 @@ def nc():
 
 
 def _kinds(spec):
-    from iglu_np.backends.numba_cuda import _kinds
+    from iglu_np.backends.cuda.numba_cuda._sources import _kinds
 
     return _kinds(spec)
 
@@ -145,7 +145,7 @@ def test_device_functions_compile_alone(nc, name):
     from numba.core import types
 
     spec = REGISTRY[name]
-    rb = nc._rebinder()
+    rb = nc._device_functions._rebinder()
     for which, fn in spec.kernels().items():
         for t in (types.float32, types.float64):
             sig = t(*([t] * (1 + len(spec.params))))
@@ -176,7 +176,7 @@ def test_fma_two_prod_override_compiles(nc):
 
     from iglu_np import _math
 
-    rb = nc._rebinder()
+    rb = nc._device_functions._rebinder()
     tp = rb(_math.two_prod)
 
     def k(a, b, out):
@@ -208,7 +208,7 @@ def test_horner_is_unrolled(nc):
 
 # --------------------------------------------------------------------------- pure Python parts
 def test_collapse_merges_contiguous_dims():
-    from iglu_np.backends.numba_cuda import collapse
+    from iglu_np.backends.cuda.numba_cuda import collapse
 
     # same-shape C-contiguous operands and a scalar-broadcast one -> 1-D
     shape, st = collapse((4, 5, 6), [[120, 24, 4], [0, 0, 0]])
@@ -223,7 +223,7 @@ def test_collapse_merges_contiguous_dims():
 
 
 def test_handles_without_importing_cuda():
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     class CAI:
         __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3}
@@ -234,7 +234,7 @@ def test_handles_without_importing_cuda():
 
 
 def test_status_reports_reason():
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     usable, why = nc.status()
     assert isinstance(usable, bool) and why
@@ -244,7 +244,7 @@ def test_status_reports_reason():
 
 def test_unknown_kind_and_dtype_errors():
     pytest.importorskip("numba_cuda")
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     with pytest.raises(KeyError, match="no kernel kind"):
         nc.kernel_python("iglu", "d_alpha", "float32")
@@ -446,14 +446,14 @@ def test_vector_form_stores_float16_rounded_to_nearest(nc):
 
 
 def test_vector_source_shape():
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     spec = REGISTRY["iglu"]
-    _, src = nc._source_vec(spec, "bwd", 4, 16, mlir=False)
+    _, src = nc._sources._source_vec(spec, "bwd", 4, 16, mlir=False)
     assert src.count("_vload(") == 2 and src.count("_vstore(") == 1 and "nv = n // 4" in src
     assert "if t < n:" in src and "out[t] = _COMPUTE(g[t]) * _fn(_COMPUTE(x[t]), p0)" in src
     # numba-cuda-mlir: its aligned vector load/store, elements as attributes, no tuples
-    _, src = nc._source_vec(spec, "fwd", 4, 8, mlir=True)
+    _, src = nc._sources._source_vec(spec, "fwd", 4, 8, mlir=True)
     assert "cuda.vector.load(x, j * 4, 4, 8)" in src and "_xv.w" in src
     assert "cuda.vector.store(out, j * 4, _OUTVEC(y0, y1, y2, y3), 8)" in src
     assert "(" + "y0, y1" not in src.replace("_OUTVEC(y0, y1", "")
@@ -461,7 +461,7 @@ def test_vector_source_shape():
 
 def test_vector_form_takes_only_elementwise_1d_scalar_parameter_kernels():
     pytest.importorskip("numba_cuda")
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     for args in (("sum_sigma", (False,), 1), ("fwd", (True,), 1), ("fwd", (False,), 2)):
         with pytest.raises(ValueError, match="vector form"):
@@ -475,7 +475,7 @@ warnings.simplefilter("ignore")
 np.seterr(all="ignore")
 from numba import cuda
 import iglu_np
-from iglu_np.backends import numba_cuda as nc
+from iglu_np.backends.cuda import numba_cuda as nc
 
 def sbits(a):
     a = np.asarray(a)
@@ -510,7 +510,7 @@ for name, ps in (("iglu", {"sigma": 1.5}), ("gelu_tanh", {}), ("relu", {}), ("xi
                 else:
                     assert np.allclose(got, want, rtol=2e-3 if dt == np.float16 else 1e-5, atol=0), (name, kind, dt, n)
                 checked += 1
-            ran = {k[1] for k in nc._plans if k[0] == name and k[2][0] == np.dtype(dt)}
+            ran = {k[1] for k in nc._thin_path._plans if k[0] == name and k[2][0] == np.dtype(dt)}
             assert ran >= {"fwd", "dx", "bwd"}, ran  # the thin path ran
             # out=: aligned, exactly x (in place), and misaligned
             o = cuda.device_array(n, dt)
@@ -527,7 +527,7 @@ d = cuda.to_device(np.linspace(-3, 3, 37).astype(np.float32))
 a = iglu_np.iglu(d, sigma=np.array(1.5)).copy_to_host()
 b = iglu_np.iglu(d, sigma=1.5).copy_to_host()
 assert np.array_equal(a, b)
-assert ("jit", "iglu", "fwd", "float32", (False,), 1, None, np.dtype(np.float32)) in nc._state
+assert ("jit", "iglu", "fwd", "float32", (False,), 1, None, np.dtype(np.float32)) in nc._discovery._state
 # bad parameters keep their errors, each time, and leave no plan
 for _ in range(2):
     try:
@@ -536,7 +536,7 @@ for _ in range(2):
         assert "sigma" in str(e)
     else:
         raise AssertionError("sigma=-1 accepted")
-assert not any(k[5] == (("sigma", -1.0),) for k in nc._plans)
+assert not any(k[5] == (("sigma", -1.0),) for k in nc._thin_path._plans)
 print("ok", checked)
 """
 
@@ -580,22 +580,22 @@ def thin(monkeypatch):
     """The thin path with what needs a GPU replaced: the pointer kernel records its
     launches, new outputs come from a fake allocator at a fixed aligned address; no
     toolchain is needed."""
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
-    monkeypatch.setattr(nc, "_cuda", lambda: None)
-    monkeypatch.setattr(nc, "simulator", lambda: False)
-    monkeypatch.setattr(nc, "_mlir", lambda: False)
-    monkeypatch.setattr(nc, "_plans", {})
-    monkeypatch.setitem(nc._state, "sms", 132)
+    monkeypatch.setattr(nc._discovery, "_cuda", lambda: None)
+    monkeypatch.setattr(nc._discovery, "simulator", lambda: False)
+    monkeypatch.setattr(nc._discovery, "_mlir", lambda: False)
+    monkeypatch.setattr(nc._thin_path, "_plans", {})
+    monkeypatch.setitem(nc._discovery._state, "sms", 132)
     rec, kernels = _Recorder(), []
 
     def kernel(name, kind, cdt, ddt):
         kernels.append((name, kind, np.dtype(cdt).name, np.dtype(ddt).name))
         return rec
 
-    monkeypatch.setattr(nc, "_pointer_kernel", kernel)
-    monkeypatch.setattr(nc, "_launch_stream", lambda cuda, s: ("stream", s))
-    monkeypatch.setattr(nc, "_allocator", lambda cuda, t, odt: (lambda shape, x, s: (_CAI(shape[0], odt, 1 << 28), 1 << 28)))
+    monkeypatch.setattr(nc._compile, "_pointer_kernel", kernel)
+    monkeypatch.setattr(nc._thin_path, "_launch_stream", lambda cuda, s: ("stream", s))
+    monkeypatch.setattr(nc._thin_path, "_allocator", lambda cuda, t, odt: (lambda shape, x, s: (_CAI(shape[0], odt, 1 << 28), 1 << 28)))
     return nc, rec, kernels
 
 
@@ -603,17 +603,17 @@ def test_thin_path_launches_pointers_with_validated_parameters(thin):
     nc, rec, kernels = thin
     x, y = _CAI(1027), _CAI(1027, address=1 << 24)
     p = iglu_np._params.of("iglu")
-    assert nc._thin(p, "fwd", (x,), {"sigma": 1.5}, y) is y
+    assert nc._thin_path._thin(p, "fwd", (x,), {"sigma": 1.5}, y) is y
     n, xp, sigma, op = rec.launches[-1]
     assert (n, xp, op) == (1027, 1 << 20, 1 << 24)
     assert type(sigma) is np.float32 and sigma == np.float32(1.5)
     # 257 vectors of 4 (the last one short): one thread each at least, never below 128 blocks
     assert rec.configs[-1] == (128, nc.THREADS, ("stream", None))
     # the same call again: the plan, the kernel and the launch configuration are reused
-    nc._thin(p, "fwd", (x,), {"sigma": 1.5}, y)
+    nc._thin_path._thin(p, "fwd", (x,), {"sigma": 1.5}, y)
     assert len(kernels) == 1 and len(rec.configs) == 1 and len(rec.launches) == 2
     # a new output from the input library's allocator; the backward on two pointers
-    r = nc._thin(p, "bwd", (x, _CAI(1027, address=1 << 22)), {}, None)
+    r = nc._thin_path._thin(p, "bwd", (x, _CAI(1027, address=1 << 22)), {}, None)
     assert r.__cuda_array_interface__["data"][0] == 1 << 28
     assert rec.launches[-1][:3] == (1027, 1 << 20, 1 << 22) and rec.launches[-1][-1] == 1 << 28
     assert kernels[-1] == ("iglu", "bwd", "float32", "float32")
@@ -650,14 +650,14 @@ def test_thin_path_leaves_other_calls_to_the_general_path(thin, case):
         data, out = (_CAI(0),), _CAI(0, address=1 << 24)
     elif case == "sum kind":
         data, kind = (x, g), "sum_sigma"
-    assert nc._thin(p, kind, data, params, out) is None
+    assert nc._thin_path._thin(p, kind, data, params, out) is None
     assert not rec.launches
 
 
 def test_thin_path_runs_in_place_on_x_itself(thin):
     nc, rec, _ = thin
     x = _CAI(64)
-    assert nc._thin(iglu_np._params.of("iglu"), "fwd", (x,), {}, x) is x
+    assert nc._thin_path._thin(iglu_np._params.of("iglu"), "fwd", (x,), {}, x) is x
     assert rec.launches[-1] == (64, 1 << 20, np.float32(1.0), 1 << 20)
 
 
@@ -666,10 +666,10 @@ def test_thin_path_keeps_the_parameter_errors_and_caches_no_plan(thin):
     p = iglu_np._params.of("iglu")
     for _ in range(2):
         with pytest.raises(ValueError, match="sigma"):
-            nc._thin(p, "fwd", (_CAI(64),), {"sigma": -1.0}, None)
+            nc._thin_path._thin(p, "fwd", (_CAI(64),), {"sigma": -1.0}, None)
     with pytest.raises(TypeError, match="unexpected keyword"):
-        nc._thin(p, "fwd", (_CAI(64),), {"sigmaa": 1.0}, None)
-    assert not nc._plans and not rec.launches
+        nc._thin_path._thin(p, "fwd", (_CAI(64),), {"sigmaa": 1.0}, None)
+    assert not nc._thin_path._plans and not rec.launches
 
 
 def test_host_overhead_tool_runs_the_thin_path():
@@ -683,7 +683,7 @@ def test_host_overhead_tool_runs_the_thin_path():
 _CPU_AFTER_CUDA = """
 import numba, numpy as np
 from iglu_np import _vmath as V
-import iglu_np.backends.numba_cuda as nc
+import iglu_np.backends.cuda.numba_cuda as nc
 
 @numba.njit
 def before(x):

@@ -2,7 +2,7 @@
 
 Contiguous operands with scalar parameters run a RawKernel that loads and stores 128-bit
 vectors (float4, double2, 8 x half) and finishes the last ``n % lanes`` elements in the
-same launch (iglu_np.backends.cxx.vector_kernel_source). Here:
+same launch (iglu_np.backends.codegen.cxx.vector_kernel_source). Here:
 
 * NVRTC compiles every activation's vector kernels (every kind; float16/32/64 data) with
   the backend's options, and each entry's PTX moves its data with 128-bit accesses only
@@ -27,7 +27,7 @@ import pytest
 
 import iglu_np
 from iglu_np._spec import REGISTRY
-from iglu_np.backends import cxx
+from iglu_np.backends.codegen import cxx
 
 from . import gpu_helpers as H
 
@@ -302,7 +302,7 @@ def _aligned(n, dt, order="C", shape=None):
 
 
 def test_vector_plan_takes_only_contiguous_aligned_same_layout():
-    from iglu_np.backends.cupy_backend import vector_plan
+    from iglu_np.backends.cuda.cupy import vector_plan
 
     f32, f64, f16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
     x = _aligned(1024, f32)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import iglu_np
-from iglu_np.backends import numba_cuda as nc
+from iglu_np.backends.cuda import numba_cuda as nc
 
 
 class _Dev:
@@ -27,45 +27,45 @@ class _Dev:
 
 @pytest.fixture
 def mlir(monkeypatch):
-    monkeypatch.setattr(nc, "_mlir", lambda: True)
-    monkeypatch.setattr(nc, "simulator", lambda: False)
+    monkeypatch.setattr(nc._discovery, "_mlir", lambda: True)
+    monkeypatch.setattr(nc._discovery, "simulator", lambda: False)
 
 
 def test_only_plain_launches_stay_on_mlir(mlir):
     shape = (4, 6, 5)
-    assert not nc._needs_cupy([_Dev(shape), _Dev(shape)], shape)
-    assert nc._needs_cupy([_Dev(shape), _Dev((1, 6, 1))], shape)        # per-channel parameter
-    assert nc._needs_cupy([_Dev(shape, contiguous=False), _Dev(shape)], shape)  # strided x
+    assert not nc._run._needs_cupy([_Dev(shape), _Dev(shape)], shape)
+    assert nc._run._needs_cupy([_Dev(shape), _Dev((1, 6, 1))], shape)        # per-channel parameter
+    assert nc._run._needs_cupy([_Dev(shape, contiguous=False), _Dev(shape)], shape)  # strided x
 
 
 def test_numba_cuda_and_the_simulator_keep_every_layout(monkeypatch):
-    monkeypatch.setattr(nc, "_mlir", lambda: False)
-    assert not nc._needs_cupy([_Dev((4, 6, 5)), _Dev((1, 6, 1))], (4, 6, 5))
+    monkeypatch.setattr(nc._discovery, "_mlir", lambda: False)
+    assert not nc._run._needs_cupy([_Dev((4, 6, 5)), _Dev((1, 6, 1))], (4, 6, 5))
 
 
 def test_without_cupy_it_is_refused_not_wrong(mlir, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(NotImplementedError, match="contiguous"):
-        nc._via_cupy(iglu_np.iglu, "run", [_Dev((4, 6, 5))], {"sigma": _Dev((1, 6, 1))}, None, "fwd")
+        nc._run._via_cupy(iglu_np.iglu, "run", [_Dev((4, 6, 5))], {"sigma": _Dev((1, 6, 1))}, None, "fwd")
 
 
 def test_described_views_keep_the_pointer_shape_and_dtype():
     dev = _Dev((3, 4), dtype=np.float64)
-    d = nc._described(dev, (3, 2), (32, 16))
+    d = nc._arrays._described(dev, (3, 2), (32, 16))
     cai = d.__cuda_array_interface__
     assert cai["shape"] == (3, 2) and cai["strides"] == (32, 16) and cai["typestr"] == "<f8"
     assert cai["data"] == (4096, False) and cai["stream"] is None and d.base is dev
-    whole = nc._described(dev).__cuda_array_interface__
+    whole = nc._arrays._described(dev).__cuda_array_interface__
     assert whole["shape"] == (3, 4) and whole["strides"] == (32, 8)
 
 
 def test_small_launches_ask_for_enough_blocks_not_to_be_warned(monkeypatch):
     # numba-cuda(-mlir) warns (NumbaPerformanceWarning) below 128 blocks; pytest makes
     # warnings errors, and a library should not warn for a small array
-    monkeypatch.setattr(nc, "simulator", lambda: False)
-    monkeypatch.setitem(nc._state, "sms", 132)
-    assert nc._launch_dims(None, 10)[0] >= 128
-    assert nc._launch_dims(None, 10**9) == (132 * nc.BLOCKS_PER_SM, nc.THREADS)
+    monkeypatch.setattr(nc._discovery, "simulator", lambda: False)
+    monkeypatch.setitem(nc._discovery._state, "sms", 132)
+    assert nc._arrays._launch_dims(None, 10)[0] >= 128
+    assert nc._arrays._launch_dims(None, 10**9) == (132 * nc.BLOCKS_PER_SM, nc.THREADS)
 
 
 def test_kernels_test_nan_with_isnan_not_ne():
@@ -108,6 +108,6 @@ def test_hand_off_stream_uses_the_stream_protocol_not_external_stream():
         pass
 
     new = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream))
-    assert nc._external_stream(new, 0x7F00) == "from_external" and seen == [(0, 0x7F00)]
+    assert nc._run._external_stream(new, 0x7F00) == "from_external" and seen == [(0, 0x7F00)]
     old = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Old, ExternalStream=lambda p: ("ext", p)))
-    assert nc._external_stream(old, 5) == ("ext", 5)
+    assert nc._run._external_stream(old, 5) == ("ext", 5)

@@ -6,15 +6,19 @@ import numpy as np
 import pytest
 
 from iglu_np import _params
-from iglu_np.backends import _call, cpu_backend, cupy_backend, dask_backend, numba_cuda
+from iglu_np.backends import _call
+from iglu_np.backends.cpu import backend as cpu_backend
+from iglu_np.backends.cuda import cupy as cupy_backend
+from iglu_np.backends.lazy import dask as dask_backend
+from iglu_np.backends.cuda import numba_cuda
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 IGLU = _params.of("iglu")
 
 
 def test_every_backend_prepares_its_calls_with_the_one_function():
-    assert cpu_backend.prepare is cupy_backend.prepare is numba_cuda.prepare is _call.prepare
-    assert numba_cuda.unwrap_out is dask_backend.unwrap_out is _call.unwrap_out
+    assert cpu_backend.prepare is cupy_backend.prepare is numba_cuda._run.prepare is _call.prepare
+    assert numba_cuda._run.unwrap_out is dask_backend.unwrap_out is _call.unwrap_out
 
 
 @pytest.mark.parametrize("data, params, want", [

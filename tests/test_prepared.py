@@ -15,7 +15,8 @@ import pytest
 
 import iglu_np
 from iglu_np._spec import REGISTRY
-from iglu_np.backends import cpu, cxx
+from iglu_np.backends.cpu import ufuncs as cpu
+from iglu_np.backends.codegen import cxx
 
 from . import accuracy as acc
 from . import gpu_helpers as H
@@ -148,22 +149,22 @@ def test_xielu_float64_vector_kernels_compute_the_root_once(kind, copies):
 
 
 def test_xielu_numba_cuda_kernels_call_prep_before_their_loop():
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     spec = REGISTRY["xielu"]
     for kind, arrays, ndim in (("bwd", (False,) * 4, 1), ("dx", (False,) * 4, 2)):
-        src = nc._source(spec, kind, arrays, ndim, False)[1]
+        src = nc._sources._source(spec, kind, arrays, ndim, False)[1]
         assert src.index("_prep(p0, p1, p2, p3)") < src.index("while i"), src
         assert src.count("_prep(") == 1
     # per-element parameters: no prepared part (its values differ per element)
-    assert "_prep" not in nc._source(spec, "bwd", (False, True, False, False), 1, False)[1]
-    assert nc._source_all(spec, 1)[1].count("_prep(") == 1
+    assert "_prep" not in nc._sources._source(spec, "bwd", (False, True, False, False), 1, False)[1]
+    assert nc._sources._source_all(spec, 1)[1].count("_prep(") == 1
 
 
 def test_xielu_numba_cuda_float64_kernel_holds_one_root():
     """numba-cuda's offline PTX of the float64 backward: one inlined copy of the root (the
     prepared part; four or more were it computed per element of the unrolled loop)."""
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     H.skip_where_numba_cuda_cannot_compile()
     try:

@@ -64,7 +64,7 @@ def test_cache_dir_probe_survives_concurrent_starts(tmp_path, monkeypatch):
     # send it to a cold fallback directory (fails with that name within a few rounds).
     import threading
 
-    from iglu_np.backends import cpu
+    from iglu_np.backends.cpu import ufuncs as cpu
 
     monkeypatch.setenv("IGLU_NP_CACHE_DIR", str(tmp_path))
     saved = cpu._state.pop("dir", None)

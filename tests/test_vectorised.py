@@ -176,7 +176,7 @@ print(json.dumps({{
 }}))
 """
 # AVX2; AVX-512 Intel with 256-bit loops (prefer-256-bit; its clock drops on 512-bit work);
-# AVX-512 Intel with 512-bit loops (iglu_np.backends._wide); AVX-512 AMD.
+# AVX-512 Intel with 512-bit loops (iglu_np.backends.cpu._wide); AVX-512 AMD.
 CPUS = ["haswell", "skylake-avx512", "sapphirerapids", "znver4"]
 
 
@@ -258,7 +258,7 @@ def test_every_activations_loops_on_other_cpus(cpu):
 
 
 # The fast path's loops take 512-bit vectors on Intel's AVX-512 targets, whose LLVM tuning
-# (prefer-256-bit) stops at 256 (iglu_np.backends._wide); Numba functions of the user's
+# (prefer-256-bit) stops at 256 (iglu_np.backends.cpu._wide); Numba functions of the user's
 # keep Numba's choice (a float64 loop: a float32 one with float64 arithmetic runs 8 float64
 # lanes in zmm registers at any preference). Only assembly is made here, nothing run.
 _WIDTH_PROBE = r"""
@@ -266,7 +266,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 import numpy as np
 from test_vectorised import _mul_loop, _stats_of, x86_asm
-from iglu_np.backends import _wide
+from iglu_np.backends.cpu import _wide
 print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64)["bits"],
                    "iglu": x86_asm.simd_report("iglu", "fwd", "float32")["bits"],
                    "gelu": x86_asm.simd_report("gelu", "bwd", "float64")["bits"]}}))
@@ -292,7 +292,7 @@ def test_fast_loops_vector_width(cpu, env, bits):
 
 
 def test_vector_bits_setting_is_checked(monkeypatch):
-    from iglu_np.backends import _wide
+    from iglu_np.backends.cpu import _wide
 
     monkeypatch.setenv("IGLU_NP_CPU_VECTOR_BITS", "128")
     _wide.wide.cache_clear()

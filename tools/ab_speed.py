@@ -44,7 +44,8 @@ import numpy as np  # noqa: E402
 
 import iglu_np  # noqa: E402
 from iglu_np import _spec  # noqa: E402
-from iglu_np.backends import _wide, cpu_fast  # noqa: E402
+from iglu_np.backends.cpu import _wide
+from iglu_np.backends.cpu import loops as cpu_fast  # noqa: E402
 
 
 def spec_at(rev: str, name: str) -> dict:
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
                          "arrays, mmap'd, start 16 bytes past a page; 0: aligned)")
     ap.add_argument("--old-vector-bits", type=int, choices=(256, 512),
                     help="build the old side's loops with this vector width preferred "
-                         "(iglu_np.backends._wide; REV HEAD then compares widths alone)")
+                         "(iglu_np.backends.cpu._wide; REV HEAD then compares widths alone)")
     ap.add_argument("--params", default="", help="name=value,... (default: the spec's defaults)")
     a = ap.parse_args(argv)
     act = iglu_np.get(a.name)

@@ -1,10 +1,10 @@
 """Every source the package generates, written one file each, and a check against a copy.
 
-The generators are pure text: the CuPy C++ of ``backends/cxx.py`` (ElementwiseKernel
+The generators are pure text: the CuPy C++ of ``backends/codegen/cxx.py`` (ElementwiseKernel
 parts per kind and compute dtype, the 16-byte-vector RawKernels per data dtype, the fused
-backward), the Numba CPU modules of ``backends/cpu.py`` and ``backends/cpu_fast.py`` (as
+backward), the Numba CPU modules of ``backends/cpu/ufuncs.py`` and ``backends/cpu/loop_source.py`` (as
 written into the kernel cache), the Numba CUDA kernels' Python of
-``backends/numba_cuda.py`` (general form per parameter layout and rank, vector form per
+``backends/cuda/numba_cuda.py`` (general form per parameter layout and rank, vector form per
 data dtype and toolchain, the one-pass backward) and the C++ translation unit the GPU
 tests host-compile with g++ (``tests/gpu_helpers.host_source``). Nothing is compiled and
 no GPU is needed. A refactoring of the backends keeps all of them byte-identical:
@@ -38,15 +38,15 @@ def _kernel_source_text(ks) -> str:
 
 def _lanes(numba_cuda, dtype, mlir: bool) -> int:
     """numba_cuda.lanes under the toolchain ``mlir`` says, whichever this process chose."""
-    had = numba_cuda._state.get("mlir", _UNSET)
-    numba_cuda._state["mlir"] = mlir
+    had = numba_cuda._discovery._state.get("mlir", _UNSET)
+    numba_cuda._discovery._state["mlir"] = mlir
     try:
         return numba_cuda.lanes(np.dtype(dtype))
     finally:
         if had is _UNSET:
-            del numba_cuda._state["mlir"]
+            del numba_cuda._discovery._state["mlir"]
         else:
-            numba_cuda._state["mlir"] = had
+            numba_cuda._discovery._state["mlir"] = had
 
 
 _UNSET = object()
@@ -56,13 +56,16 @@ def sources():
     """``(relative path, text)`` of every generated source, in a fixed order."""
     import iglu_np  # noqa: F401  (registers the activations)
     from iglu_np._spec import REGISTRY
-    from iglu_np.backends import cpu, cpu_fast, cxx, numba_cuda
+    from iglu_np.backends.cpu import loop_source
+    from iglu_np.backends.cpu import ufuncs as cpu
+    from iglu_np.backends.codegen import cxx
+    from iglu_np.backends.cuda import numba_cuda
     from tests import gpu_helpers
 
     for name in sorted(REGISTRY):
         spec = REGISTRY[name]
         yield f"cpu/{name}.py", cpu._wrapper_source(spec)
-        yield f"cpu_fast/{name}.py", cpu_fast._source(spec)
+        yield f"cpu_fast/{name}.py", loop_source.source(spec)
         if cxx.has_cxx(spec):
             for kind in cxx.kernel_kinds(spec):
                 for c in COMPUTE:
@@ -78,23 +81,23 @@ def sources():
             yield f"host_cxx/{name}.cpp", gpu_helpers.host_source(spec)
         n = len(spec.param_names)
         layouts = sorted({(False,) * n, (True,) * n, tuple(i == 0 for i in range(n))})
-        for kind in numba_cuda._kinds(spec):
+        for kind in numba_cuda._sources._kinds(spec):
             for arrays, ndim in itertools.product(layouts, (1, 2)):
                 sums = (True, False) if kind.startswith("sum_") else (None,)
                 for ss in sums:
                     tag = "".join("a" if a else "s" for a in arrays) or "-"
                     extra = "" if ss is None else ("_scalarsum" if ss else "_arraysum")
-                    _, src = numba_cuda._source(spec, kind, arrays, ndim, bool(ss))
+                    _, src = numba_cuda._sources._source(spec, kind, arrays, ndim, bool(ss))
                     yield f"numba_cuda/{name}/{kind}_{tag}_{ndim}d{extra}.py", src
             if not kind.startswith("sum_"):
                 for d, mlir in itertools.product(("float16", "float32", "float64"), (False, True)):
                     w = _lanes(numba_cuda, d, mlir)
-                    _, src = numba_cuda._source_vec(spec, kind, w, w * np.dtype(d).itemsize, mlir)
+                    _, src = numba_cuda._sources._source_vec(spec, kind, w, w * np.dtype(d).itemsize, mlir)
                     tool = "mlir" if mlir else "nvvm"
                     yield f"numba_cuda/{name}/{kind}_vec_{d}_{tool}.py", src
         if spec.param_names:
             for ndim in (1, 2):
-                _, src = numba_cuda._source_all(spec, ndim)
+                _, src = numba_cuda._sources._source_all(spec, ndim)
                 yield f"numba_cuda/{name}/bwdall_{ndim}d.py", src
 
 

@@ -1,7 +1,7 @@
 """Diagnostics only a real GPU can give (run by tools/device_check.sh).
 
 1. numba-cuda-mlir layouts: the Numba CUDA kernels run directly (the CuPy hand-off of
-   ``numba_cuda._needs_cupy`` switched off here) on C-contiguous, strided and broadcast
+   ``numba_cuda._run._needs_cupy`` switched off here) on C-contiguous, strided and broadcast
    operands of 1 to 3 dimensions, against the CPU: on an H200 (numba-cuda-mlir 0.6) a
    per-channel sigma over a strided 3-d x gave wrong values; which layouts do?
 2. Where a small Numba CUDA call spends its time: wall time per call against a plain
@@ -27,9 +27,9 @@ def layouts():
     import cupy
 
     import iglu_np
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
-    nc._needs_cupy = lambda ops, shape: False  # the direct path, whatever the layout
+    nc._run._needs_cupy = lambda ops, shape: False  # the direct path, whatever the layout
     x3 = np.random.default_rng(0).standard_normal((4, 6, 10)).astype(np.float32) * 3
     s3 = np.linspace(0.5, 3.0, 6).astype(np.float32).reshape(1, 6, 1)
     xd3 = cupy.asarray(x3)
@@ -56,14 +56,14 @@ def overhead():
     import cupy
 
     import iglu_np
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     x = cupy.ones(1024, np.float32)
     y = cupy.empty_like(x)
     iglu_np.iglu(x, out=y, backend="numba_cuda")
     # against a plain kernel launch by the same toolchain on the same arrays (target:
     # the backend's call within 1.2x of it)
-    cuda = nc._cuda()
+    cuda = nc._discovery._cuda()
 
     def plain(a, b):
         i = cuda.grid(1)
@@ -71,7 +71,7 @@ def overhead():
             b[i] = a[i]
 
     plain_k = cuda.jit(plain)
-    blocks = nc._launch_dims(cuda, x.size)[0]
+    blocks = nc._arrays._launch_dims(cuda, x.size)[0]
     rows = {
         "plain numba kernel[...](x, y)": lambda: plain_k[blocks, nc.THREADS](x, y),
         "iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(x, out=y, backend="numba_cuda"),
@@ -114,7 +114,7 @@ def cupy_overhead():
 
     import iglu_np
     from iglu_np import _params, backends
-    from iglu_np.backends import cupy_backend as cb
+    from iglu_np.backends.cuda import cupy as cb
 
     x = cupy.ones(1024, np.float32)
     y = cupy.empty_like(x)

@@ -90,7 +90,7 @@ def real_rows(calls):
         return None, f"cupy does not import here ({e})"
     import iglu_np
     from iglu_np import _params, backends
-    from iglu_np.backends import cupy_backend as cb
+    from iglu_np.backends.cuda import cupy as cb
 
     cupy.cuda.runtime.getDevice = lambda: 0  # no driver here: device 0 is "current"
 

@@ -3,8 +3,8 @@
 A static scan (``ast``, nothing is imported): every ``import`` and ``from ... import``
 statement of every module under ``iglu_np/``, at module level or inside a function or
 class (a lazy import is an edge like any other), relative imports resolved. An edge
-``a -> b`` means module ``a`` names module ``b`` (``from .backends import cpu`` is an edge
-to ``iglu_np.backends.cpu``; ``from .._spec import REGISTRY`` to ``iglu_np._spec``).
+``a -> b`` means module ``a`` names module ``b`` (``from .backends import host_arrays`` is an
+edge to ``iglu_np.backends.host_arrays``; ``from .._spec import REGISTRY`` to ``iglu_np._spec``).
 The parent packages that Python runs on the way (``iglu_np/__init__.py``) are not edges:
 every submodule would otherwise be in a cycle with its package. Dynamic imports
 (``importlib.import_module`` of a computed name) are not seen.
@@ -59,7 +59,7 @@ def edges(mods: dict) -> dict:
                     sub = f"{base}.{a.name}"
                     targets.append(sub if sub in mods else base)
             for t in targets:
-                # ``import iglu_np.backends.cpu``: the deepest package module named
+                # ``import iglu_np.backends.cpu.ufuncs``: the deepest package module named
                 while t and t not in mods:
                     t = t.rpartition(".")[0]
                 if t and t != mod and (t == PKG or t.startswith(PKG + ".")):

@@ -37,12 +37,12 @@ def main(argv=None) -> int:
 
     from iglu_np._kinds import Kind
     from iglu_np._spec import REGISTRY
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
-    if not nc._mlir():
+    if not nc._discovery._mlir():
         print("numba-cuda-mlir is not the Numba CUDA toolchain here (IGLU_NP_CUDA_TOOLCHAIN?)")
         return 2
-    cu = nc._cuda()
+    cu = nc._discovery._cuda()
     names = argv[0].split(",") if argv else sorted(REGISTRY)
     kinds = argv[1].split(",") if len(argv) > 1 else ["fwd", "dx", "bwd"]
     if len(argv) > 2 and argv[2] == "vector":
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                 args = [cu.types.int64, arr] + [arr] * kd.times_grad + [ty] * len(spec.params) + [arr]
                 t = time.perf_counter()
                 try:
-                    k = nc._kernel(name, kind, dt, (False,) * len(spec.params), 1)
+                    k = nc._compile._kernel(name, kind, dt, (False,) * len(spec.params), 1)
                     ptx = k.inspect_asm(cu.void(*args))
                 except Exception as e:  # report every kernel, then fail
                     failed += 1
@@ -84,7 +84,7 @@ def _vector(nc, names, kinds) -> int:
         for kind in kinds:
             for cdt, ddt in (("float32", "float32"), ("float64", "float64"), ("float32", "float16")):
                 try:
-                    k = nc._pointer_kernel(name, kind, cdt, ddt)
+                    k = nc._compile._pointer_kernel(name, kind, cdt, ddt)
                     ptx = k.inspect_asm(nc.pointer_signature(name, kind, cdt, ddt))
                 except Exception as e:  # report every kernel, then fail
                     failed += 1

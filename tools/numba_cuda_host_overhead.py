@@ -50,14 +50,14 @@ class _NoKernel:
 def stub(nc, n, dtype):
     """Replace what needs a GPU (and a toolchain): the compiled pointer kernel, the
     stream objects, the SM count, and the output allocation."""
-    nc._cuda = lambda: None
-    nc._mlir = lambda: False
+    nc._discovery._cuda = lambda: None
+    nc._discovery._mlir = lambda: False
     nc.simulator = lambda: False
-    nc._pointer_kernel = lambda *a, **k: _NoKernel()
-    nc._launch_stream = lambda cuda, s: None
-    nc._state["sms"] = 132
+    nc._compile._pointer_kernel = lambda *a, **k: _NoKernel()
+    nc._thin_path._launch_stream = lambda cuda, s: None
+    nc._discovery._state["sms"] = 132
     out = FakeDeviceArray(n, dtype, address=1 << 24)
-    nc._allocator = lambda cuda, template, odt: (lambda shape, x, stream: (out, 1 << 24))
+    nc._thin_path._allocator = lambda cuda, template, odt: (lambda shape, x, stream: (out, 1 << 24))
 
 
 def best_us(fn, calls, repeats=5):
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
     import iglu_np
     from iglu_np import _params
-    from iglu_np.backends import numba_cuda as nc
+    from iglu_np.backends.cuda import numba_cuda as nc
 
     stub(nc, a.n, np.float32)
     x = FakeDeviceArray(a.n)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 import iglu_np
-from iglu_np.backends import cpu
+from iglu_np.backends.cpu import ufuncs as cpu
 
 import x86_asm  # tools/x86_asm.py (this script's folder is on sys.path)
 

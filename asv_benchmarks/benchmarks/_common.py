@@ -233,11 +233,11 @@ class Device:
 
 
 def _cpu_fast_setting(attr: str, default: int) -> int:
-    """An integer setting of iglu_np's CPU fast path (in ``backends.cpu_backend``, or
-    ``backends.cpu_fast`` at older commits), or ``default`` at a commit without it."""
+    """An integer setting of iglu_np's CPU fast path (in ``backends.cpu.backend``, or
+    ``backends.cpu.loops`` at older commits), or ``default`` at a commit without it."""
     import importlib
 
-    for mod in ("iglu_np.backends.cpu_backend", "iglu_np.backends.cpu_fast"):
+    for mod in ("iglu_np.backends.cpu.backend", "iglu_np.backends.cpu.loops"):
         try:
             return int(getattr(importlib.import_module(mod), attr))
         except (ImportError, AttributeError, ValueError):

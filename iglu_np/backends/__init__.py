@@ -3,9 +3,9 @@
 :func:`run` (a kernel kind: "fwd", "dx", "bwd", "d_<param>", "bwd_<param>"),
 :func:`backward_params` and :func:`backward_all` take the activation's
 :class:`iglu_np._params.Params`, the data (x, or x and grad_out), the keyword parameters
-(unvalidated, ``backend=`` among them) and ``out``. They try the CPU backend's fast path
-first (numpy arrays, the common case), then turn memoryviews and pandas objects into
-arrays (a pandas result gets its index back), pick the backend (the ``backend=`` keyword,
+(unvalidated, ``backend=`` among them) and ``out``. They try the thin path registered
+for the first operand's type first (numpy arrays' is the CPU's: the common case), then
+turn memoryviews and pandas objects into arrays (a pandas result gets its index back), pick the backend (the ``backend=`` keyword,
 else the first operand that is not a host value: :func:`detect`) and hand it the call.
 
 Backends register in :data:`BACKENDS` by name with the module that implements them; each
@@ -22,8 +22,9 @@ module provides
 * optionally ``fast_path(array)``: a thin per-call path for arrays of ``type(array)``,
   ``(run, backward_all)`` (either may be None) with the signatures above, each returning
   None where the backend's general ``run`` / ``backward_all`` must decide; or None. The
-  dispatcher asks once per array type (the first call the backend handles) and then tries
-  it before anything else for a first operand of that type (:data:`_FAST`);
+  dispatcher asks once per array type (numpy arrays' at import, any other type at the
+  first call the backend handles) and then tries it before anything else for a first
+  operand of that type (:data:`_FAST`);
 * ``status() -> (usable, detail)`` for ``iglu-np info``.
 
 Backends import neither :mod:`iglu_np._api` nor one another's privates; dask and xarray
@@ -37,21 +38,20 @@ import importlib
 
 import numpy as np
 
-from . import cpu_backend
-from .cpu_backend import HOST_TYPES as _HOST_TYPES
-from .cpu_backend import fast as _cpu_fast
+from .cpu import backend as cpu_backend
+from .cpu.backend import HOST_TYPES as _HOST_TYPES
 
 # name -> module; order matters for detection (first match wins).
 BACKENDS = {
-    "cpu": "iglu_np.backends.cpu_backend",
+    "cpu": "iglu_np.backends.cpu.backend",
     # torch/JAX/__dlpack__ arrays on the CPU through the CPU kernels, returned as their type
     "host_array": "iglu_np.backends.host_arrays",
-    "cupy": "iglu_np.backends.cupy_backend",
+    "cupy": "iglu_np.backends.cuda.cupy",
     # torch/JAX/... CUDA arrays through the CuPy kernels when cupy is there, else Numba CUDA
-    "cuda_array": "iglu_np.backends.cuda_array",
-    "numba_cuda": "iglu_np.backends.numba_cuda",
-    "dask": "iglu_np.backends.dask_backend",
-    "xarray": "iglu_np.backends.xarray_backend",
+    "cuda_array": "iglu_np.backends.cuda.device_arrays",
+    "numba_cuda": "iglu_np.backends.cuda.numba_cuda",
+    "dask": "iglu_np.backends.lazy.dask",
+    "xarray": "iglu_np.backends.lazy.xarray",
 }
 
 # What each route takes, for ``iglu-np info`` (:func:`array_types`).
@@ -71,7 +71,7 @@ _ARRAY_TYPES = (
 _loaded = {"cpu": cpu_backend}
 # type of the first operand -> (backend name, thin run or None, thin backward_all or None),
 # from the backend's fast_path; a type whose backend has none maps to (name, None, None).
-_FAST: dict = {}
+_FAST: dict = {np.ndarray: ("cpu", *cpu_backend.fast_path(np.empty(0)))}
 
 
 def _module(name):
@@ -161,18 +161,13 @@ def _choose(act, data, params) -> str:
 def run(act, kind, data, params, out):
     """Kernel ``kind`` of ``act`` on ``data`` on the backend the operands (or
     ``backend=``) choose."""
-    if "backend" not in params:
-        r = _cpu_fast(act, kind, data, params, out)
-        if r is not None:
-            return r
-        f = _FAST.get(type(data[0]))
-        if f is not None and f[1] is not None:
+    f = _FAST.get(type(data[0]))
+    if f is not None and f[1] is not None:
+        if "backend" not in params:
             r = f[1](act, kind, data, params, out)
             if r is not None:
                 return r
-    else:
-        f = _FAST.get(type(data[0]))
-        if f is not None and f[1] is not None and params["backend"] == f[0]:
+        elif params["backend"] == f[0]:
             q = dict(params)
             del q["backend"]
             r = f[1](act, kind, data, q, out)

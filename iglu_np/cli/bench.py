@@ -41,7 +41,7 @@ _SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine 
 
 def _median_time(fn, repeats, min_time):
     # warm-up: compiles; a kernel's first large call runs on one thread (the busy-machine
-    # guard's baseline, iglu_np.backends.cpu_fast), the second compiles the threaded one
+    # guard's baseline, iglu_np.backends.cpu.loops), the second compiles the threaded one
     fn()
     fn()
     ts = []
@@ -169,7 +169,7 @@ def machine_info() -> dict:
     import numba
 
     import iglu_np
-    from ..backends import cpu_backend
+    from ..backends.cpu import tiers
 
     info = {
         "python": platform.python_version(),
@@ -180,7 +180,7 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "numba_threads": numba.get_num_threads(),
         "threading_layer": _threading_layer(),
-        "parallel_threshold": cpu_backend.THRESHOLD,
+        "parallel_threshold": tiers.THRESHOLD,
         "platform": platform.platform(),
     }
     try:
@@ -250,7 +250,7 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             if torch:
                 raise
     pcopy, pmul = _limits()
-    from ..backends import cpu_fast
+    from ..backends.cpu import loops as cpu_fast
 
     trips0 = cpu_fast.guard_trips
     cc = np.linspace(-5.0, 5.0, _CANARY_N)

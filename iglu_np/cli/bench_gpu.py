@@ -116,7 +116,7 @@ def per_call(cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NA
     import functools
 
     import iglu_np
-    from ..backends import _interop
+    from ..backends.cuda import _interop
 
     def us(fn):
         return wall_time(cupy, fn, calls, rounds=3) * 1e6
@@ -184,7 +184,7 @@ extern "C" __global__ void iglu_np_bench_two_in_one(const uint4* __restrict__ a,
 
 def _two_in_one(cupy):
     """``f(x, g, o)``: the limit kernel launched over the whole 16-byte words of x."""
-    from ..backends.cupy_backend import _sm_count
+    from ..backends.cuda.cupy import _sm_count
 
     kern = cupy.RawKernel(_TWO_IN_ONE, "iglu_np_bench_two_in_one")
     sms = _sm_count(cupy)
@@ -198,7 +198,7 @@ def _two_in_one(cupy):
 
 def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, progress=None) -> dict:
     import iglu_np
-    from ..backends import _interop, numba_cuda
+    from ..backends.cuda import _interop, numba_cuda
 
     cupy = _cupy()
     names = list(names or iglu_np.ACTIVATIONS)

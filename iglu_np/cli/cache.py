@@ -25,7 +25,7 @@ def add_arguments(p):
 
 def describe() -> dict:
     """``{"directory", "bytes", "files", "writable", "clear"}`` of the cache in use."""
-    from ..backends import cpu
+    from ..backends.cpu import ufuncs as cpu
 
     root = cpu.cache_root()
     size, files = cpu.cache_size(root)
@@ -46,7 +46,7 @@ def main(args) -> int:
     if args.clear:
         from pathlib import Path
 
-        from ..backends import cpu
+        from ..backends.cpu import ufuncs as cpu
 
         if not d["writable"]:
             print(f"iglu-np cache: {d['directory']} is read-only; nothing deleted", file=sys.stderr)

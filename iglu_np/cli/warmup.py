@@ -46,12 +46,14 @@ def warm(name: str, dtypes=DTYPES) -> dict:
     t, c = time.perf_counter(), time.process_time()
     from .. import get
     from .._kinds import BWD_ALL, Kind
-    from ..backends import cpu, cpu_backend, cpu_fast
+    from ..backends.cpu import loops as cpu_fast
+    from ..backends.cpu import tiers
+    from ..backends.cpu import ufuncs as cpu
 
     act = get(name)
     for kind in cpu.kernel_kinds(act.spec):
         cpu.get_ufunc(name, kind)
-    ready = cpu_backend._ready
+    ready = tiers._ready
     for dn in dtypes:
         dt = np.dtype(dn)
         x = np.linspace(-3, 3, 64).astype(dt)
@@ -104,7 +106,7 @@ def main(args) -> int:
     from multiprocessing import get_context
 
     from .. import ACTIVATIONS, get
-    from ..backends import cpu
+    from ..backends.cpu import ufuncs as cpu
 
     names = list(dict.fromkeys(args.names)) or list(ACTIVATIONS)
     for n in names:

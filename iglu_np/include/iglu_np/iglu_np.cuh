@@ -2,7 +2,7 @@
 //
 // The C++ of every activation is generated from its Python kernels (and the helpers they
 // call, down to the CPU's elementary functions in iglu_np/_vmath.py) by
-// iglu_np/backends/cxx_gen.py; nothing activation-specific is written here by hand.
+// iglu_np/backends/codegen/cxx_translate.py; nothing activation-specific is written here by hand.
 // One source, three consumers:
 //   * CuPy: preamble = this file + the generated C++, compiled by NVRTC as the preamble of
 //     one ElementwiseKernel per activation/derivative (iglu_np.backends.cupy_backend);

@@ -1,133 +1,40 @@
 """CPU backend: numpy arrays, numpy scalars, Python numbers and lists, through Numba.
 
-Two kinds of compiled code, both from the spec's scalar kernels and bit-identical (a NaN
-result's sign aside: a vectorised loop may take the other operand's NaN where two meet):
-
-* numpy ufuncs (:mod:`iglu_np.backends.cpu`): any layout, broadcasting, casting, ``out=``
-  with numpy's semantics; one thread;
-* njit loops over flat memory (:mod:`iglu_np.backends.cpu_fast`): contiguous float32/64
-  operands of one shape; vectorised with scalar parameters, threaded from
-  :data:`THRESHOLD` elements. Contiguous bfloat16 operands take the float32 loops on
-  blocks widened from their bits and rounded back once (``run_bf16_<kind>``).
+Its thin path for numpy arrays, the tiers of small calls and the thread threshold are
+:mod:`.tiers`'; this module is the general path (every operand kind, every error
+message), which still takes the njit loops (:mod:`.loops`) where the operands fit and
+the numpy ufuncs (:mod:`.ufuncs`) elsewhere: :func:`run`, :func:`backward_params`,
+:func:`backward_all`, with parameters that may be arrays, broadcasting, any layout and
+``out=`` with numpy's semantics.
 
 float16 and bfloat16 inputs compute in float32 and are returned as their own dtype
 (:func:`iglu_np._dtypes.narrow_result`), rounded once; the parameter gradients of
 :func:`backward_params` / :func:`backward_all` stay float32 (the compute dtype) for both.
-
-Which one runs is decided here, on three paths:
-
-* :func:`fast`: the warm common case, tried by the dispatcher before anything else;
-* :func:`run`, :func:`backward_params`, :func:`backward_all`: the general path (every
-  operand kind, every error message), which still takes the loops where the operands fit.
-
-Small arrays are tiered: below :data:`MIN_SIZE` elements the first :data:`WARM_CALLS`
-calls of an activation/kind/dtype run the ufunc, so code that calls a few times never
-imports Numba or pays the seconds of an njit compile; the next one loads the loops'
-module (importing Numba) and takes the loop where it is compiled (in this process, or on
-disk), never compiling it, so the steady state of small calls does not depend on what
-else the process called. From :data:`THRESHOLD` elements the loops run on all Numba threads; the
-threaded build is compiled by the first such call, with the single-thread one. No call
-after the first of its kind, dtype and size class compiles. This module is not part of
-the on-disk kernel cache key: editing it recompiles nothing.
+Contiguous bfloat16 operands take the float32 loops on blocks widened from their bits and
+rounded back once (``run_bf16_<kind>``). This module is not part of the on-disk kernel
+cache key: editing it recompiles nothing.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from .._dtypes import F32 as _F32
-from .._dtypes import F64 as _F64
-from .._dtypes import beyond_f32 as _beyond_f32
-from .._dtypes import is_bf16 as _is_bf16
-from .._dtypes import narrow_result as _narrow_result
-from .._dtypes import unbroadcast as _unbroadcast
-from .._kinds import BWD_ALL
-from .._params import values as _values
-from . import cpu
-from ._call import Target, prepare
+from ..._dtypes import F32 as _F32
+from ..._dtypes import F64 as _F64
+from ..._dtypes import is_bf16 as _is_bf16
+from ..._dtypes import narrow_result as _narrow_result
+from ..._dtypes import unbroadcast as _unbroadcast
+from ..._kinds import BWD_ALL
+from .._call import Target, prepare
+from . import tiers
+from . import ufuncs as cpu
+from .tiers import set_min_size, set_threshold  # noqa: F401  (re-exported)
 
-__all__ = ["HOST_TYPES", "THRESHOLD", "MIN_SIZE", "WARM_CALLS", "set_threshold",
-           "set_min_size", "handles", "status", "ufunc", "fast", "run", "backward_params",
-           "backward_all"]
+__all__ = ["HOST_TYPES", "handles", "status", "ufunc", "fast_path", "run", "backward_params",
+           "backward_all", "set_threshold", "set_min_size"]
+
 
 #: Operands this backend takes (memoryviews and pandas objects are unwrapped before).
 HOST_TYPES = (np.ndarray, np.generic, float, int, list, tuple)
-
-
-def _env_int(name: str, default: int) -> int:
-    """A non-negative integer from the environment; a clear error naming the variable."""
-    v = os.environ.get(name, "").strip()
-    if not v:
-        return default
-    try:
-        n = int(v.replace("_", ""))
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(
-            f"iglu_np: environment variable {name}={v!r} is not a non-negative integer "
-            f"(a count of elements or calls in decimal digits, e.g. {name}={default})"
-        ) from None
-    return n
-
-
-def _threshold_default() -> int:
-    v = os.environ.get("IGLU_NP_PARALLEL_THRESHOLD")
-    if v:
-        return _env_int("IGLU_NP_PARALLEL_THRESHOLD", 1 << 16)
-    # Below ~2**16 elements the prange launch costs more than a second core saves; see the
-    # idle rows of examples/bench_threading.py (1e4 elements: one thread as fast as two;
-    # 1e5: two faster). Re-measure there on a new machine; the variable above overrides it.
-    return 1 << 16
-
-
-THRESHOLD = _threshold_default()
-
-
-def _min_size_default() -> int:
-    return _env_int("IGLU_NP_FAST_MIN_SIZE", 2048)
-
-
-# Below MIN_SIZE elements the first WARM_CALLS calls of an activation/kind/dtype run the
-# compiled numpy ufunc instead of the njit loop (same scalar kernel, bit-identical
-# results). Its scalar-parameter loop is not vectorised and pays for numpy's errstate, so
-# it is slower than the njit loop, but compiling the njit loop takes a good part of a
-# second per activation x kind x dtype, and a compile in the middle
-# of a run of small calls is a stall nobody asked for. Importing Numba and its target (the
-# ufuncs load without it: cpu._direct) is left to the call after WARM_CALLS, which then
-# loads the loop where it is cached, once per process; a loop cached nowhere leaves the
-# ufunc in place until a large call or ``iglu-np warmup`` builds it. Calls with array
-# parameters or reductions below MIN_SIZE always take the ufunc.
-MIN_SIZE = _min_size_default()
-WARM_CALLS = _env_int("IGLU_NP_FAST_WARM_CALLS", 8)
-
-
-def set_min_size(n: int) -> None:
-    """Arrays with fewer than ``n`` elements use the numpy ufunc, not the njit loop."""
-    global MIN_SIZE
-    MIN_SIZE = int(n)
-
-
-def set_threshold(n: int) -> None:
-    """Arrays with at least ``n`` elements use all Numba threads (0: always, huge: never)."""
-    global THRESHOLD
-    THRESHOLD = int(n)
-
-
-_FAST = None  # iglu_np.backends.cpu_fast once loaded: it imports numba
-_calls: dict = {}  # plan key -> small calls served by the ufunc (> WARM_CALLS: for good)
-_threaded: set = set()  # plan keys whose threaded kernel is compiled for the fast path
-_ready_sigs: set = set()  # (kernel id, argument types) compiled for the general path
-
-
-def _loops():
-    global _FAST
-    if _FAST is None:
-        from . import cpu_fast
-
-        _FAST = cpu_fast
-    return _FAST
 
 
 def handles(array) -> bool:
@@ -138,10 +45,10 @@ def status():
     """(usable, detail) for ``iglu-np info``."""
     import numba
 
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     return True, (f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
-                  f"thread(s) from {THRESHOLD:,} elements, "
-                  f"{len(fast.plans)} loop(s) loaded, cache {cpu._gen_dir()}")
+                  f"thread(s) from {tiers.THRESHOLD:,} elements, "
+                  f"{len(loops.plans)} loop(s) loaded, cache {cpu._gen_dir()}")
 
 
 def ufunc(name: str, kind: str) -> np.ufunc:
@@ -149,141 +56,10 @@ def ufunc(name: str, kind: str) -> np.ufunc:
     return cpu.get_ufunc(name, kind)
 
 
-def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    """Two arrays over exactly the same elements in the same order (elementwise aliasing
-    is safe then; any other overlap needs numpy's buffering)."""
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.strides == b.strides and a.shape == b.shape)
-
-
-# --------------------------------------------------------------------------- fast path
-def fast(act, kind, data, params, out):
-    """The common case without the general machinery: aligned float32/64 numpy arrays
-    of one dtype and shape whose memory is contiguous (C order; or Fortran/transposed,
-    then all laid out alike), scalar parameters, ``out`` None or a matching array (or
-    x/grad_out itself). Returns None to fall back to the general path, which also
-    produces every error message but the parameters' (validated here)."""
-    x = data[0]
-    if type(x) is not np.ndarray:
-        return None
-    dt = x.dtype
-    if (dt is not _F32 and dt is not _F64) or x.ndim == 0:
-        return None
-    fl = x.flags
-    if not fl.aligned:
-        return None
-    order = None  # C order; else the axis order of x's memory (cpu_fast.axis_order)
-    if not fl.c_contiguous:
-        if _FAST is None and x.size < MIN_SIZE:
-            return None  # the ufunc, without importing the loops' module (and Numba)
-        order = (_FAST or _loops()).axis_order(x)
-        if order is None:
-            return None
-    shape = x.shape
-    g = None
-    if len(data) == 2:
-        g = data[1]
-        if type(g) is not np.ndarray or g.dtype is not dt or g.shape != shape:
-            return None
-        fl = g.flags
-        if not ((fl.c_contiguous and fl.aligned) if order is None else
-                (fl.aligned and _FAST.mem_flat(g, order) is not None)):
-            return None
-    if params:
-        vals = _values(act, params)  # validates; raises the usual errors
-        if dt is _F32 and _beyond_f32(vals) is not None:
-            return None  # computed in float64 by the general path
-        for v in vals:
-            tv = type(v)
-            if tv is not float and tv is not int and not isinstance(v, np.floating):
-                return None
-    else:
-        vals = act.defaults
-    alias = None  # out is input j: the loops' in-place variant (see cpu_fast._source)
-    if out is None:
-        o = np.empty(shape, dt) if order is None else _FAST.empty_like_layout(shape, dt, order)
-    else:
-        if type(out) is not np.ndarray or out.dtype is not dt or out.shape != shape:
-            return None
-        fl = out.flags
-        if not ((fl.c_contiguous and fl.aligned and fl.writeable) if order is None else
-                (fl.aligned and fl.writeable and _FAST.mem_flat(out, order) is not None)):
-            return None
-        # Each operand on its own: out may be exactly x (or g), elementwise that is
-        # safe; any other overlap (a shifted view) goes to numpy's buffered path. Arrays
-        # that own their memory cannot overlap unless they are the same object: the usual
-        # preallocated buffers skip may_share_memory, the costliest check of a small call.
-        if out.base is None and x.base is None and (g is None or g.base is None):
-            alias = 0 if out is x else (1 if out is g else None)
-        else:
-            for j, a in enumerate((x, g)):
-                if a is None or (out.base is None and a.base is None and a is not out):
-                    continue
-                if a is out or _same_view(out, a):
-                    alias = j if alias is None else alias
-                elif np.may_share_memory(out, a):
-                    return None
-        o = out
-    n = x.size
-    key = (act.name, kind, dt.char, alias)
-    # the loops' module imports Numba: small calls through the ufunc do without it
-    p = None if _FAST is None else _FAST.plans.get(key)
-    if p is None:
-        if n < MIN_SIZE:
-            # Tiered: the first few small calls of a kind/dtype take the compiled ufunc
-            # (bit-identical); hot ones the njit loop where it loads without a compile.
-            c = _calls.get(key, 0)
-            if c < WARM_CALLS:
-                _calls[key] = c + 1
-            elif c == WARM_CALLS:
-                # hot: the loop where it loads without a compile (this process, the disk)
-                p = (_FAST or _loops()).plan(act.name, kind, dt, alias, cached_only=True)
-                if p is None:
-                    _calls[key] = c + 1  # not compiled: the ufunc until a call builds it
-            if p is None:
-                ins = (x,) if g is None else (x, g)
-                with np.errstate(all="ignore"):  # FP flags of discarded branches
-                    cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
-                return o
-        else:
-            p = (_FAST or _loops()).plan(act.name, kind, dt, alias)
-    fast = _FAST
-    loop, par_kernel = p
-    if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
-        x = fast.mem_flat(x, order)
-        o1 = fast.mem_flat(o, order)
-        if g is not None:
-            g = fast.mem_flat(g, order)
-    elif x.ndim != 1:
-        x = x.reshape(-1)
-        o1 = o.reshape(-1)
-        if g is not None:
-            g = g.reshape(-1)
-    else:
-        o1 = o
-    if n < THRESHOLD or fast.numba.get_num_threads() == 1:
-        # the operands spelled out: packing them into tuples is a cost on every small call
-        if g is None:
-            if alias is None:
-                loop(x, o1, 0, n, *vals)
-            else:
-                loop(x, 0, n, *vals)
-        elif alias is None:
-            loop(x, g, o1, 0, n, *vals)
-        else:
-            loop(x, g, 0, n, *vals)
-        return o
-    ins = (x,) if g is None else (x, g)
-    if alias is None:
-        ins = (*ins, o1)
-    # typed parameters: the dispatcher would type a Python float as float64
-    tv = [dt.type(v) for v in vals]
-    if key not in _threaded:
-        _ready(par_kernel, (*ins, True, *tv))
-        _threaded.add(key)
-    fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
-                lambda: loop(*ins, 0, n, *vals), dt.char)
-    return o
+def fast_path(array):
+    """``(run, backward_all)``: the thin path of numpy arrays (:func:`.tiers.fast`; no
+    thin backward_all), the dispatcher's first try for them; None for other types."""
+    return (tiers.fast, None) if type(array) is np.ndarray else None
 
 
 # --------------------------------------------------------------------------- general path
@@ -407,25 +183,6 @@ def backward_all(act, data, params, out):
     return out, res[1]
 
 
-# --------------------------------------------------------------------------- loops
-# The general path's use of the njit loops: parameters may also be arrays of x's shape
-# (elementwise kinds), operands are checked the slow, thorough way.
-def _parallel(n: int) -> bool:
-    fast = _FAST or _loops()
-    return n >= THRESHOLD and fast.numba.get_num_threads() > 1
-
-
-def _ready(k, args) -> None:
-    """Compile (or load) threaded kernel ``k`` for ``args`` now. The busy-machine guard
-    (cpu_fast.launch) runs a kernel's first large call on one thread, so the threaded
-    build would otherwise compile inside the second call (gelu, 10^6 elements: 1.2 s)."""
-    typeof = (_FAST or _loops()).numba.typeof
-    sig = tuple(typeof(a) for a in args)
-    if (id(k), sig) not in _ready_sigs:
-        k.compile(sig)
-        _ready_sigs.add((id(k), sig))
-
-
 def _param(v, dt, shape, order=None):
     """A parameter as the loop takes it: a numpy scalar of dtype ``dt``, a flat
     contiguous array of x's shape (in x's memory order ``order``), or None when the loops
@@ -450,12 +207,12 @@ def _flat_in(a, dt, shape, order=None):
     in the axis ``order`` (default: its own, if it has one), else None."""
     if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     if order is None:
-        order = fast.axis_order(a)
+        order = loops.axis_order(a)
         if order is None:
             return None
-    return fast.mem_flat(a, order)
+    return loops.mem_flat(a, order)
 
 
 def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
@@ -463,15 +220,15 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     if cdt is not _F32 and cdt is not _F64 and cdt != _F32 and cdt != _F64:
         return None
     x = vals[0]
-    if type(x) is not np.ndarray or x.ndim == 0 or x.size < MIN_SIZE:
+    if type(x) is not np.ndarray or x.ndim == 0 or x.size < tiers.MIN_SIZE:
         return None  # (before importing the loops' module: it imports Numba)
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     shape = x.shape
-    order = fast.axis_order(x)
+    order = loops.axis_order(x)
     if order is None:
         return None
     xf = _flat_in(x, cdt, shape, order)
-    if xf is None or xf.size < MIN_SIZE:
+    if xf is None or xf.size < tiers.MIN_SIZE:
         return None
     ins = [xf]
     if n_data == 2:
@@ -487,9 +244,9 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         ps.append(pv)
     alias = None
     if out is None:
-        o = fast.empty_like_layout(shape, cdt, order)
+        o = loops.empty_like_layout(shape, cdt, order)
     else:
-        if out.dtype != cdt or out.shape != shape or fast.mem_flat(out, order) is None:
+        if out.dtype != cdt or out.shape != shape or loops.mem_flat(out, order) is None:
             return None
         # Exact aliasing (out is x) is safe elementwise (the in-place loops run it);
         # partial overlap is left to numpy, which buffers it.
@@ -505,14 +262,14 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
                 return None
         o = out
     if alias is None:
-        ins.append(fast.mem_flat(o, order))
-    if _parallel(xf.size):
-        k = fast.kernel(act.name, kind, True, alias)
-        _ready(k, (*ins, True, *ps))
-        fast.launch(k, xf.size, lambda: k(*ins, True, *ps),
-                    lambda: fast.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
+        ins.append(loops.mem_flat(o, order))
+    if tiers._parallel(xf.size):
+        k = loops.kernel(act.name, kind, True, alias)
+        tiers._ready(k, (*ins, True, *ps))
+        loops.launch(k, xf.size, lambda: k(*ins, True, *ps),
+                    lambda: loops.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
     else:
-        fast.kernel(act.name, kind, False, alias)(*ins, False, *ps)
+        loops.kernel(act.name, kind, False, alias)(*ins, False, *ps)
     return o
 
 
@@ -540,7 +297,7 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
                 or not np.can_cast(d.dtype, cdt)):
             return None
     x = data[0]
-    if x.ndim == 0 or x.size < MIN_SIZE:
+    if x.ndim == 0 or x.size < tiers.MIN_SIZE:
         return None
     ps = []
     for v in vals[n_data:]:
@@ -556,8 +313,8 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
                             or not np.can_cast(cdt, out.dtype, "same_kind")
                             or out.shape != shape):
         return None  # the ufunc's errors and casting rules
-    fast = _FAST or _loops()
-    loop = fast.plan(act.name, kind, cdt)[0]
+    loops = tiers._LOOPS or tiers._loops()
+    loop = loops.plan(act.name, kind, cdt)[0]
     it = np.nditer(
         [*data, out],
         flags=["external_loop", "buffered", "zerosize_ok", "copy_if_overlap"],
@@ -583,7 +340,7 @@ def _bf16_flat(a, dt, shape, order):
     over its memory in the axis ``order``), else None."""
     if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    f = (_FAST or _loops()).mem_flat(a, order)
+    f = (tiers._LOOPS or tiers._loops()).mem_flat(a, order)
     return None if f is None else f.view(np.uint16)
 
 
@@ -592,11 +349,11 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
     None or bfloat16 laid out alike: ``run_bf16_<kind>`` (the float32 loop on widened
     blocks, rounded once into the result), threaded like the loops. None otherwise."""
     x = vals[0]
-    if type(x) is not np.ndarray or x.ndim == 0 or x.size < MIN_SIZE:
+    if type(x) is not np.ndarray or x.ndim == 0 or x.size < tiers.MIN_SIZE:
         return None  # small: the ufunc through numpy's casts, then rounded (run)
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     dt, shape = x.dtype, x.shape
-    order = fast.axis_order(x)
+    order = loops.axis_order(x)
     if order is None:
         return None
     ins = [_bf16_flat(d, dt, shape, order) for d in vals[:n_data]]
@@ -608,7 +365,7 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
             return None
         ps.append(_param(v, _F32, ()))
     if out is None:
-        o = fast.empty_like_layout(shape, dt, order)
+        o = loops.empty_like_layout(shape, dt, order)
     else:
         of = _bf16_flat(out, dt, shape, order)
         if of is None:
@@ -616,33 +373,33 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
         # a block is read whole before its part of out is written: out may be an input
         # itself, but not a shifted view of one (numpy's buffered path takes that)
         for a in vals[:n_data]:
-            if a is not out and np.may_share_memory(a, out) and not _same_view(a, out):
+            if a is not out and np.may_share_memory(a, out) and not tiers._same_view(a, out):
                 return None
         o = out
     ins.append(_bf16_flat(o, dt, shape, order))
     n = x.size
     name = "bf16_" + kind
-    if _parallel(n):
-        k = fast.kernel(act.name, name, True)
-        _ready(k, (*ins, True, *ps))
-        fast.launch(k, n, lambda: k(*ins, True, *ps),
-                    lambda: fast.kernel(act.name, name, False)(*ins, False, *ps), dt.char)
+    if tiers._parallel(n):
+        k = loops.kernel(act.name, name, True)
+        tiers._ready(k, (*ins, True, *ps))
+        loops.launch(k, n, lambda: k(*ins, True, *ps),
+                    lambda: loops.kernel(act.name, name, False)(*ins, False, *ps), dt.char)
     else:
-        fast.kernel(act.name, name, False)(*ins, False, *ps)
+        loops.kernel(act.name, name, False)(*ins, False, *ps)
     return o
 
 
 def _convert(which: str, src, dst) -> None:
     """``dst`` (uint32 or uint16 view) from ``src``'s bits: ``which`` "widen" or "narrow"."""
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     n = src.size
-    if _parallel(n):
-        k = fast.converter(which, True)
-        _ready(k, (src, dst))
-        fast.launch(k, n, lambda: k(src, dst), lambda: fast.converter(which, False)(src, dst),
+    if tiers._parallel(n):
+        k = loops.converter(which, True)
+        tiers._ready(k, (src, dst))
+        loops.launch(k, n, lambda: k(src, dst), lambda: loops.converter(which, False)(src, dst),
                     which)
     else:
-        fast.converter(which, False)(src, dst)
+        loops.converter(which, False)(src, dst)
 
 
 def _widen_bf16(a):
@@ -650,13 +407,13 @@ def _widen_bf16(a):
     ``a`` itself."""
     if not _is_bf16(getattr(a, "dtype", None)):
         return a
-    if type(a) is np.ndarray and a.size >= MIN_SIZE:
-        fast = _FAST or _loops()
-        order = fast.axis_order(a)
+    if type(a) is np.ndarray and a.size >= tiers.MIN_SIZE:
+        loops = tiers._LOOPS or tiers._loops()
+        order = loops.axis_order(a)
         if order is not None:
-            w = fast.empty_like_layout(a.shape, _F32, order)
-            _convert("widen", fast.mem_flat(a, order).view(np.uint16),
-                     fast.mem_flat(w, order).view(np.uint32))
+            w = loops.empty_like_layout(a.shape, _F32, order)
+            _convert("widen", loops.mem_flat(a, order).view(np.uint16),
+                     loops.mem_flat(w, order).view(np.uint32))
             return w
     return a.astype(_F32)
 
@@ -664,13 +421,13 @@ def _widen_bf16(a):
 def _narrow_into(r, out):
     """The float32 array ``r`` rounded into ``out`` (of r's shape): the loops' rounding
     where both are laid out alike, else numpy's cast (the same rounding, ml_dtypes')."""
-    fast = _FAST or _loops()
-    if _is_bf16(out.dtype) and r.dtype == _F32 and r.size >= MIN_SIZE:
-        order = fast.axis_order(r)
+    loops = tiers._LOOPS or tiers._loops()
+    if _is_bf16(out.dtype) and r.dtype == _F32 and r.size >= tiers.MIN_SIZE:
+        order = loops.axis_order(r)
         if order is not None:
-            of = fast.mem_flat(out, order)
+            of = loops.mem_flat(out, order)
             if of is not None:
-                _convert("narrow", fast.mem_flat(r, order).view(np.uint32), of.view(np.uint16))
+                _convert("narrow", loops.mem_flat(r, order).view(np.uint32), of.view(np.uint16))
                 return out
     with np.errstate(over="ignore", invalid="ignore"):
         np.copyto(out, r, casting="same_kind")
@@ -713,7 +470,7 @@ def _reduction_operands(vals: list, cdt):
     if type(x) is not np.ndarray:
         return None
     shape = x.shape
-    order = (_FAST or _loops()).axis_order(x)
+    order = (tiers._LOOPS or tiers._loops()).axis_order(x)
     if order is None:
         return None
     xf = _flat_in(x, cdt, shape, order)
@@ -740,7 +497,7 @@ def _laid_out_alike(vals: list, cdt):
     then the loops' (float64 blocks in memory order), where numpy's sums float32 in
     float32."""
     x, g = vals[0], vals[1]
-    if (type(x) is not np.ndarray or x.dtype != cdt or x.size < MIN_SIZE
+    if (type(x) is not np.ndarray or x.dtype != cdt or x.size < tiers.MIN_SIZE
             or not isinstance(g, (np.ndarray, np.generic, float, int))
             or any(isinstance(v, np.ndarray) and v.ndim > 0 for v in vals[2:])):
         return None
@@ -750,8 +507,8 @@ def _laid_out_alike(vals: list, cdt):
         return None
     if shape != x.shape:
         return None
-    fast = _FAST or _loops()
-    xc = x if fast.axis_order(x) is not None else np.copy(x, order="K")
+    loops = tiers._LOOPS or tiers._loops()
+    xc = x if loops.axis_order(x) is not None else np.copy(x, order="K")
     gc = np.empty_like(xc)
     np.copyto(gc, g, casting="same_kind")
     return [xc, gc, *vals[2:]]
@@ -764,10 +521,10 @@ def _reduce_params(act, vals: list, cdt):
     ops = _reduction_operands(vals, cdt)
     if ops is None:
         return None
-    fast = _FAST or _loops()
+    loops = tiers._LOOPS or tiers._loops()
     xf, gf, ps, shape, order = ops
     n = xf.size
-    if n < MIN_SIZE:
+    if n < tiers.MIN_SIZE:
         # small: the ufunc's elementwise gradient, summed in float64 like the blocks below
         res = {}
         with np.errstate(all="ignore"):
@@ -775,19 +532,19 @@ def _reduce_params(act, vals: list, cdt):
                 full = cpu.get_ufunc(act.name, "bwd_" + p)(xf, gf, *ps)
                 res[p] = np.asarray(cdt.type(np.sum(full, dtype=np.float64)))
         return res
-    part = np.empty(max(1, -(-n // fast.REDUCE_BLOCK)), np.float64)
+    part = np.empty(max(1, -(-n // loops.REDUCE_BLOCK)), np.float64)
     res = {}
     for p in act.param_names:
         if n == 0:
             part[:] = 0.0
-        elif _parallel(n):
-            k = fast.kernel(act.name, "sum_" + p, True)
-            _ready(k, (xf, gf, part, True, *ps))
-            fast.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
+        elif tiers._parallel(n):
+            k = loops.kernel(act.name, "sum_" + p, True)
+            tiers._ready(k, (xf, gf, part, True, *ps))
+            loops.launch(k, n, lambda: k(xf, gf, part, True, *ps),
+                        lambda: loops.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
                         xf.dtype.char)
         else:
-            fast.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps)
+            loops.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
     return res
 
@@ -798,28 +555,28 @@ def _fused_backward(act, vals: list, cdt, out):
     gradients equal those of the ``bwd`` loop and :func:`_reduce_params` bit for bit
     (the same per-element values, block sums and order)."""
     ops = _reduction_operands(vals, cdt)
-    fast = _FAST or _loops()
-    if ops is None or ops[0].size < MIN_SIZE:
+    loops = tiers._LOOPS or tiers._loops()
+    if ops is None or ops[0].size < tiers.MIN_SIZE:
         return None
     xf, gf, ps, shape, order = ops
     if out is None:
-        o = fast.empty_like_layout(shape, cdt, order)
+        o = loops.empty_like_layout(shape, cdt, order)
     else:
         if type(out) is not np.ndarray or out.dtype != cdt or out.shape != shape:
             return None
-        if fast.mem_flat(out, order) is None or any(np.may_share_memory(a, out) for a in vals[:2]):
+        if loops.mem_flat(out, order) is None or any(np.may_share_memory(a, out) for a in vals[:2]):
             return None  # overlap: the two-pass path buffers it
         o = out
     n = xf.size
-    part = np.empty((len(ps), max(1, -(-n // fast.REDUCE_BLOCK))), np.float64)
-    of = fast.mem_flat(o, order)
-    if _parallel(n):
-        k = fast.kernel(act.name, BWD_ALL, True)
-        _ready(k, (xf, gf, of, part, True, *ps))
-        fast.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
+    part = np.empty((len(ps), max(1, -(-n // loops.REDUCE_BLOCK))), np.float64)
+    of = loops.mem_flat(o, order)
+    if tiers._parallel(n):
+        k = loops.kernel(act.name, BWD_ALL, True)
+        tiers._ready(k, (xf, gf, of, part, True, *ps))
+        loops.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
+                    lambda: loops.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
                     xf.dtype.char)
     else:
-        fast.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps)
+        loops.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}
     return o, grads

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import types
 
-from .._math import _NumbaCasts
-from .._spec import is_kernel
+from ..._math import _NumbaCasts
+from ..._spec import is_kernel
 
 
 class Rebinder:

@@ -35,16 +35,16 @@ from dask.array.core import broadcast_shapes, handle_out
 from dask.array.utils import meta_from_array
 from dask.base import tokenize
 
-from .._dtypes import F16 as _F16
-from .._dtypes import F32 as _F32
-from .._dtypes import F64 as _F64
-from .._dtypes import all_half as _all_half
-from .._dtypes import dtype_of as _dtype_of
-from .._params import check as _check
-from .._params import unexpected as _unexpected
-from .._params import values as _values
-from . import run as _dispatch
-from ._call import unwrap_out
+from ..._dtypes import F16 as _F16
+from ..._dtypes import F32 as _F32
+from ..._dtypes import F64 as _F64
+from ..._dtypes import all_half as _all_half
+from ..._dtypes import dtype_of as _dtype_of
+from ..._params import check as _check
+from ..._params import unexpected as _unexpected
+from ..._params import values as _values
+from .. import run as _dispatch
+from .._call import unwrap_out
 
 __all__ = ["handles", "run", "backward_params", "status", "CHUNK_THREADS"]
 

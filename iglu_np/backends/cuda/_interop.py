@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dtypes import is_bf16
+from ..._dtypes import is_bf16
 
 __all__ = ["is_bf16_array", "bf16_to_cupy", "to_torch", "to_jax"]
 

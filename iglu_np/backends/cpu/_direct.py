@@ -6,7 +6,7 @@ it), then compiling the ufunc's loop wrapper again. A process that calls one act
 once (a command-line tool, a serverless handler, a test) would pay that on every start.
 
 So each ufunc's finished machine code is also kept here: when Numba builds the ufunc
-(:func:`iglu_np.backends.cpu.get_ufunc`), the object code of each loop wrapper (the
+(:func:`iglu_np.backends.cpu.ufuncs.get_ufunc`), the object code of each loop wrapper (the
 scalar kernel inlined into it, Numba's strided-``out`` fix included) is written to
 ``<cache>/<activation>_<key>.<kind>.ufunc``. A later process links those objects with
 llvmlite's JIT linker alone and makes the numpy ufunc through numpy's C API
@@ -121,7 +121,7 @@ def key() -> str:
     if k is None:
         import numpy as np
 
-        pkg = Path(__file__).resolve().parent.parent
+        pkg = Path(__file__).resolve().parents[2]  # iglu_np/
         d = hashlib.sha256()
         for p in sorted(pkg.rglob("*.py")):
             d.update(f"\0file {p.relative_to(pkg).as_posix()}\0".encode())

@@ -18,9 +18,9 @@ import functools
 import numpy as np
 import xarray as xr
 
-from .._dtypes import unbroadcast as _unbroadcast
-from . import backward_params as _dispatch_backward_params
-from . import run as _dispatch
+from ..._dtypes import unbroadcast as _unbroadcast
+from .. import backward_params as _dispatch_backward_params
+from .. import run as _dispatch
 
 __all__ = ["handles", "run", "backward_params", "status"]
 

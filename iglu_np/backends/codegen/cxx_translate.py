@@ -39,7 +39,7 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .._spec import is_kernel
+from ..._spec import is_kernel
 
 __all__ = ["TranslationError", "translate", "function_name"]
 
@@ -71,7 +71,7 @@ _F32_TESTS = ("is_f32", "_f32")  # names of the float32 predicate (iglu_np._math
 
 
 def _vmath():
-    from .. import _vmath
+    from ... import _vmath
 
     return _vmath
 
@@ -292,7 +292,7 @@ class _Func:
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
         vm = _vmath()
-        from .. import _math
+        from ... import _math
 
         for k in vm.KERNELS:  # what the CPU computes for these kernels
             if obj is getattr(_math, k):
@@ -341,12 +341,12 @@ class _Func:
         return literal(float(t[k]))  # horner casts each coefficient: T(c[k])
 
     def is_fma(self, obj):
-        from .. import _math
+        from ... import _math
 
         return obj is _math.fma or obj is getattr(_vmath(), "_fma", None)
 
     def is_horner(self, obj):
-        from .. import _math
+        from ... import _math
 
         return obj is _math.horner or obj is _vmath().horner
 

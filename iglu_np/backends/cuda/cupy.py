@@ -2,9 +2,9 @@
 
 The math is the C++ generated from the spec's Python kernels (the same code the CPU ufuncs
 compile, elementary functions included) after the prelude header, used as the kernel
-preamble; the body is one line (see :mod:`iglu_np.backends.cxx`, which builds the exact
+preamble; the body is one line (see :mod:`iglu_np.backends.codegen.cxx`, which builds the exact
 strings CI compiles with NVRTC and tests through g++), compiled with
-:data:`~iglu_np.backends.cxx.NVRTC_OPTIONS` (no FMA contraction, no flush to zero), so the
+:data:`~iglu_np.backends.codegen.cxx.NVRTC_OPTIONS` (no FMA contraction, no flush to zero), so the
 results equal the CPU's bit for bit. Kernels are named
 ``iglu_np_<name>_<fwd|dx|d<param>|bwd|bwd<param>>``, built on first use and memoised per
 device and compute dtype. CuPy itself handles broadcasting, strided inputs and the
@@ -12,7 +12,7 @@ current stream.
 
 Contiguous operands of one shape, dtype and memory order (C or F), 16-byte aligned, with
 scalar parameters (the common case) take a RawKernel instead that loads and stores
-128-bit vectors (:func:`~iglu_np.backends.cxx.vector_kernel_source`, the same device
+128-bit vectors (:func:`~iglu_np.backends.codegen.cxx.vector_kernel_source`, the same device
 function): an ElementwiseKernel does not reach the copy bandwidth on an H100 (1.7x the copy
 time for float32, 3x for float16), a vector RawKernel does.
 
@@ -25,7 +25,7 @@ time for float32, 3x for float16), a vector RawKernel does.
   device (they are parameter-sized), device arrays are used in place. Device parameter
   arrays are validated against the domain through a host copy (a synchronisation);
 * a kernel that uses Python the C++ translator does not know raises
-  :class:`~iglu_np.backends.cxx.NoCxxError` naming the function and line.
+  :class:`~iglu_np.backends.codegen.cxx.NoCxxError` naming the function and line.
 
 cupy is imported only when a CuPy array shows up (or ``backend="cupy"`` is asked for).
 """
@@ -36,15 +36,16 @@ import threading
 
 import numpy as np
 
-from .._dtypes import F32, F64
-from .._dtypes import F32_MAX as _F32_MAX
-from .._dtypes import F32_TINY as _F32_TINY
-from .._dtypes import beyond_f32 as _beyond_f32
-from .._dtypes import is_bf16 as _is_bf16
-from .._kinds import BWD_ALL
-from .._params import values as _values
-from . import _interop, cxx
-from ._call import Target, prepare
+from ..._dtypes import F32, F64
+from ..._dtypes import F32_MAX as _F32_MAX
+from ..._dtypes import F32_TINY as _F32_TINY
+from ..._dtypes import beyond_f32 as _beyond_f32
+from ..._dtypes import is_bf16 as _is_bf16
+from ..._kinds import BWD_ALL
+from ..._params import values as _values
+from . import _interop
+from ..codegen import cxx
+from .._call import Target, prepare
 
 __all__ = ["handles", "status", "run", "backward_params", "backward_all", "fast_path",
            "get_kernel", "get_vector_kernel", "vector_plan"]
@@ -88,7 +89,7 @@ def get_kernel(name: str, kind: str, compute):
     """The memoised ElementwiseKernel of ``kind`` for the current device."""
     import cupy
 
-    from .._spec import REGISTRY
+    from ..._spec import REGISTRY
 
     compute = np.dtype(compute)
 
@@ -117,7 +118,7 @@ def get_vector_kernel(name: str, kind: str, data_dtype):
     current device."""
     import cupy
 
-    from .._spec import REGISTRY
+    from ..._spec import REGISTRY
 
     ddt = np.dtype(data_dtype)
     return _memo(("vec", cupy.cuda.Device().id, name, kind, ddt.name),

@@ -5,7 +5,7 @@ host (g++) tests all take the *same* strings from :func:`kernel_source`, so what
 compiles and tests without a GPU is exactly what CuPy compiles on one.
 
 A kernel is ``preamble`` (the prelude header ``iglu_np/include/iglu_np/iglu_np.cuh`` plus
-the C++ that :mod:`iglu_np.backends.cxx_gen` generates from the spec's Python kernels) and
+the C++ that :mod:`iglu_np.backends.codegen.cxx_translate` generates from the spec's Python kernels) and
 a one-line elementwise ``body`` such as::
 
     y = (Y)(iglu_np::iglu_fwd<float>((float)x, p_sigma));
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._kinds import BWD_ALL, Kind, kinds
+from ..._kinds import BWD_ALL, Kind, kinds
 
 __all__ = [
     "HEADER",
@@ -42,7 +42,7 @@ __all__ = [
     "vector_preamble",
 ]
 
-HEADER = Path(__file__).resolve().parent.parent / "include" / "iglu_np" / "iglu_np.cuh"
+HEADER = Path(__file__).resolve().parents[2] / "include" / "iglu_np" / "iglu_np.cuh"
 
 # NVRTC options of every kernel: the C++ is the Numba CPU code operation for operation, so
 # with no FMA contraction (Numba does not contract), no flush of subnormals and IEEE
@@ -90,7 +90,7 @@ def has_cxx(spec) -> bool:
 def _wrapper(spec, which: str, fn, bulk=None) -> str:
     """``<name>_<which>``: the exact kernel, or the bulk kernel where the spec's
     ``bulk_domain`` holds (same bits there, by the spec's contract; tests/test_bulk.py)."""
-    from .cxx_gen import function_name
+    from .cxx_translate import function_name
 
     ps = spec.param_names
     sig = ", ".join(["T x", *(f"T {p}" for p in ps)])
@@ -103,7 +103,7 @@ def _wrapper(spec, which: str, fn, bulk=None) -> str:
 
 def _take_bulk(spec, bulk, call: str) -> str:
     """The entry points' first line: the bulk kernel where ``bulk_domain`` holds ('' without)."""
-    from .cxx_gen import function_name
+    from .cxx_translate import function_name
 
     if bulk is None:
         return ""
@@ -114,7 +114,7 @@ def _take_bulk(spec, bulk, call: str) -> str:
 def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
     """``<name>_<which>_prep`` (the parameter-only part, once per thread) and
     ``<name>_<which>_at`` (the kernel given it; the bulk kernel first, as ``_wrapper``)."""
-    from .cxx_gen import _FIELDS, function_name
+    from .cxx_translate import _FIELDS, function_name
 
     ps = spec.param_names
     psig = ", ".join(f"T {p}" for p in ps)
@@ -149,9 +149,9 @@ def _bulk_of(spec, which: str):
 
 @lru_cache(maxsize=None)
 def _spec_cxx(name: str, fns: tuple) -> str:
-    from .cxx_gen import TranslationError, translate
+    from .cxx_translate import TranslationError, translate
 
-    from .._spec import REGISTRY
+    from ..._spec import REGISTRY
 
     spec = REGISTRY[name]
     # The bulk kernels too: on a GPU a warp whose elements are all in the bulk domain runs

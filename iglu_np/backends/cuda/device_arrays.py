@@ -6,10 +6,10 @@ array interface, or ``cupy.from_dlpack``, which orders the producer's stream bef
 CuPy's), the CuPy backend computes, and new results are handed back to the input's library
 the same way (``torch.from_dlpack``, ``jax.dlpack.from_dlpack``); ``out=`` is written in
 place. Only when cupy is importable: without it such arrays go to the Numba CUDA backend
-(:mod:`iglu_np.backends.numba_cuda`).
+(:mod:`iglu_np.backends.cuda.numba_cuda`).
 
 bfloat16 tensors (torch.bfloat16, JAX's bfloat16) become CuPy arrays of
-``ml_dtypes.bfloat16`` and back (:mod:`iglu_np.backends._interop`).
+``ml_dtypes.bfloat16`` and back (:mod:`iglu_np.backends.cuda._interop`).
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _args(cupy, data, params, out):
 def run(act, kind, data, params, out):
     import cupy
 
-    from . import cupy_backend
+    from . import cupy as cupy_backend
 
     cdata, cparams, cout = _args(cupy, data, params, out)
     res = cupy_backend.run(act, kind, cdata, cparams, cout)
@@ -103,7 +103,7 @@ def run(act, kind, data, params, out):
 def backward_params(act, data, params) -> dict:
     import cupy
 
-    from . import cupy_backend
+    from . import cupy as cupy_backend
 
     cdata, cparams, _ = _args(cupy, data, params, None)
     res = cupy_backend.backward_params(act, cdata, cparams)
@@ -113,7 +113,7 @@ def backward_params(act, data, params) -> dict:
 def backward_all(act, data, params, out):
     import cupy
 
-    from . import cupy_backend
+    from . import cupy as cupy_backend
 
     cdata, cparams, cout = _args(cupy, data, params, out)
     res = cupy_backend.backward_all(act, cdata, cparams, cout)

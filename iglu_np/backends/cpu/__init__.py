@@ -1,0 +1,11 @@
+"""The CPU target: numpy ufuncs and njit loops compiled from the specs' kernels.
+
+* :mod:`.backend`: which compiled code a call takes (the dispatcher's CPU backend);
+* :mod:`.ufuncs`: the numpy ufuncs (general: any layout, broadcasting, ``out=``);
+* :mod:`.loops`: the njit loops over flat memory (vectorised, threaded), compiled from
+  the source :mod:`.loop_source` writes;
+* :mod:`._direct`, :mod:`._cache`, :mod:`._cache_report`, :mod:`._wide`: loading cached
+  ufuncs without Numba, the on-disk kernel cache and its warnings, wide vector code.
+
+Importing this package imports none of them.
+"""
