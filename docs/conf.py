@@ -3,6 +3,7 @@
 Build: ``python -m sphinx -W --keep-going -b html docs docs/_build/html`` from the
 repository root (the ``docs`` extra installs what it needs).
 """
+
 import sys
 from pathlib import Path
 

@@ -27,12 +27,12 @@ omp without the guard collapses under load (69x one thread at 1e5); workqueue ne
 collapses but is 2x one thread idle at 1e5; omp with the guard keeps the idle two-thread
 speed and stays within a few percent of one thread under load.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import time
@@ -80,8 +80,12 @@ def measure(layer, threads, busy):
         p.start()
     time.sleep(0.3)
     try:
-        r = subprocess.run([sys.executable, "-c", CHILD, layer, str(threads)], capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", CHILD, layer, str(threads)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         stop.set()
         for p in procs:
@@ -102,9 +106,20 @@ def main():
         for layer, threads in [("default", 1)] + [(lay, 0) for lay in a.layers.split(",")]:
             r = measure(layer, threads, busy)
             rows.append({"busy": busy, "layer": r.get("layer", layer), **r})
-            print(f"busy={busy} {rows[-1]['layer']:>10}: " + (r["error"] if "error" in r else
-                  "  ".join(f"{n:>9,}: {r[str(n)] * 1e3:8.3f} ms" if str(n) in r else f"{n:>9,}: {r[n] * 1e3:8.3f} ms"
-                            for n in SIZES)), flush=True)
+            print(
+                f"busy={busy} {rows[-1]['layer']:>10}: "
+                + (
+                    r["error"]
+                    if "error" in r
+                    else "  ".join(
+                        f"{n:>9,}: {r[str(n)] * 1e3:8.3f} ms"
+                        if str(n) in r
+                        else f"{n:>9,}: {r[n] * 1e3:8.3f} ms"
+                        for n in SIZES
+                    )
+                ),
+                flush=True,
+            )
     if a.json:
         print(json.dumps(rows, indent=1))
 

@@ -12,6 +12,7 @@ inputs one output (``identity.backward``: g * 1). Each figure is the median of
 both sides of each ratio. The load average (``os.getloadavg``) is printed before and after.
 ``--overhead`` adds per-call times on a 64-element array (process time, medians).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,18 +65,35 @@ def overhead(repeat=15, number=2000):
 
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*", metavar="NAME",
-                    help="activations to measure (default: the paper's Table 1 rows)")
-    ap.add_argument("--n", type=int, default=1 << 24,
-                    help="elements per array (default: 16777216)")
-    ap.add_argument("--repeat", type=int, default=9,
-                    help="wall-clock runs per figure, of which the median is shown (default: 9)")
-    ap.add_argument("--threads", default="1,2", metavar="T,T,...",
-                    help="comma-separated Numba thread counts to measure (default: 1,2)")
-    ap.add_argument("--dtypes", default="float32,float64",
-                    help="comma-separated dtypes (default: float32,float64)")
-    ap.add_argument("--overhead", action="store_true",
-                    help="also time calls on a 64-element array (per-call overhead)")
+    ap.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="activations to measure (default: the paper's Table 1 rows)",
+    )
+    ap.add_argument("--n", type=int, default=1 << 24, help="elements per array (default: 16777216)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=9,
+        help="wall-clock runs per figure, of which the median is shown (default: 9)",
+    )
+    ap.add_argument(
+        "--threads",
+        default="1,2",
+        metavar="T,T,...",
+        help="comma-separated Numba thread counts to measure (default: 1,2)",
+    )
+    ap.add_argument(
+        "--dtypes",
+        default="float32,float64",
+        help="comma-separated dtypes (default: float32,float64)",
+    )
+    ap.add_argument(
+        "--overhead",
+        action="store_true",
+        help="also time calls on a 64-element array (per-call overhead)",
+    )
     return ap
 
 
@@ -84,8 +102,10 @@ def main(argv=None):
     names = a.names or PAPER
     n = a.n
     print(f"load average before: {os.getloadavg()}  ({os.cpu_count()} CPUs), n = {n}")
-    print("\n| activation | dtype | threads | fwd ns/el | fwd / copy | bwd ns/el | bwd / copy2 |"
-          "\n|---|---|---|---|---|---|---|")
+    print(
+        "\n| activation | dtype | threads | fwd ns/el | fwd / copy | bwd ns/el | bwd / copy2 |"
+        "\n|---|---|---|---|---|---|---|"
+    )
     rng = np.random.default_rng(0)
     ident = iglu_np.identity
     for dname in a.dtypes.split(","):
@@ -101,8 +121,11 @@ def main(argv=None):
             cp = _median_ns(lambda: ident(x, out=o), n, a.repeat)
             cp2 = _median_ns(lambda: ident.backward(x, g, out=o), n, a.repeat)
             npc = _median_ns(lambda: np.copyto(o, x), n, a.repeat)
-            print(f"| (copy limit: identity / np.copyto / identity.backward) | {dt.name} | {th} "
-                  f"| {cp:.3f} | {npc:.3f} | {cp2:.3f} | |", flush=True)
+            print(
+                f"| (copy limit: identity / np.copyto / identity.backward) | {dt.name} | {th} "
+                f"| {cp:.3f} | {npc:.3f} | {cp2:.3f} | |",
+                flush=True,
+            )
             for name in names:
                 act = iglu_np.get(name)
                 act(x, out=o)
@@ -116,8 +139,11 @@ def main(argv=None):
                 med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
                 rf = med([f / c for f, c in zip(f_ns, c_ns)])
                 rb = med([b / c for b, c in zip(b_ns, c2_ns)])
-                print(f"| {name} | {dt.name} | {th} | {med(f_ns):.3f} | {rf:.2f} | "
-                      f"{med(b_ns):.3f} | {rb:.2f} |", flush=True)
+                print(
+                    f"| {name} | {dt.name} | {th} | {med(f_ns):.3f} | {rf:.2f} | "
+                    f"{med(b_ns):.3f} | {rb:.2f} |",
+                    flush=True,
+                )
     print(f"\nload average after: {os.getloadavg()}")
     if a.overhead:
         overhead()

@@ -10,6 +10,7 @@ load hits both alike).
 
 Needs scikit-learn (``pip install ".[examples]"`` in the checkout).
 """
+
 import argparse
 import contextlib
 import statistics
@@ -21,18 +22,35 @@ import numpy as np
 
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=100,
-                    help="training epochs for every model, no early stopping (default: 100)")
-    ap.add_argument("--seeds", type=int, default=5,
-                    help="number of random seeds per variant (default: 5)")
-    ap.add_argument("--hidden", default="100", metavar="SIZES",
-                    help="hidden layer sizes, comma-separated (default: 100)")
-    ap.add_argument("--activation", default="relu",
-                    help="activation for iglu_np; scikit-learn runs only for relu, tanh, "
-                         "logistic and identity (default: relu)")
-    ap.add_argument("--blas-threads", type=int, default=None, metavar="N",
-                    help="limit BLAS threads for both (threadpoolctl); small matmuls are often "
-                         "faster on 1 (default: no limit)")
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=100,
+        help="training epochs for every model, no early stopping (default: 100)",
+    )
+    ap.add_argument(
+        "--seeds", type=int, default=5, help="number of random seeds per variant (default: 5)"
+    )
+    ap.add_argument(
+        "--hidden",
+        default="100",
+        metavar="SIZES",
+        help="hidden layer sizes, comma-separated (default: 100)",
+    )
+    ap.add_argument(
+        "--activation",
+        default="relu",
+        help="activation for iglu_np; scikit-learn runs only for relu, tanh, "
+        "logistic and identity (default: relu)",
+    )
+    ap.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="limit BLAS threads for both (threadpoolctl); small matmuls are often "
+        "faster on 1 (default: no limit)",
+    )
     return ap
 
 
@@ -52,18 +70,42 @@ def main(argv=None):
     hidden = tuple(int(h) for h in args.hidden.split(","))
     d = load_digits()
     X = d.data / 16.0
-    Xtr, Xte, ytr, yte = train_test_split(X, d.target, test_size=0.3, random_state=0, stratify=d.target)
-    common = dict(hidden_layer_sizes=hidden, solver="adam", alpha=1e-4, batch_size=200,
-                  learning_rate_init=1e-3, max_iter=args.epochs, tol=0.0,
-                  n_iter_no_change=args.epochs + 1, shuffle=True)
-    sk_act = {"relu": "relu", "tanh": "tanh", "logistic": "logistic", "identity": "identity"}.get(args.activation)
+    Xtr, Xte, ytr, yte = train_test_split(
+        X, d.target, test_size=0.3, random_state=0, stratify=d.target
+    )
+    common = dict(
+        hidden_layer_sizes=hidden,
+        solver="adam",
+        alpha=1e-4,
+        batch_size=200,
+        learning_rate_init=1e-3,
+        max_iter=args.epochs,
+        tol=0.0,
+        n_iter_no_change=args.epochs + 1,
+        shuffle=True,
+    )
+    sk_act = {"relu": "relu", "tanh": "tanh", "logistic": "logistic", "identity": "identity"}.get(
+        args.activation
+    )
     variants = {
-        "iglu_np float32": lambda s: (MLPClassifier(activation=args.activation, random_state=s, **common), np.float32),
-        "iglu_np float64": lambda s: (MLPClassifier(activation=args.activation, random_state=s, dtype="float64", **common), np.float64),
+        "iglu_np float32": lambda s: (
+            MLPClassifier(activation=args.activation, random_state=s, **common),
+            np.float32,
+        ),
+        "iglu_np float64": lambda s: (
+            MLPClassifier(activation=args.activation, random_state=s, dtype="float64", **common),
+            np.float64,
+        ),
     }
     if sk_act:
-        variants["sklearn float64"] = lambda s: (SkMLP(activation=sk_act, random_state=s, **common), np.float64)
-        variants["sklearn float32"] = lambda s: (SkMLP(activation=sk_act, random_state=s, **common), np.float32)
+        variants["sklearn float64"] = lambda s: (
+            SkMLP(activation=sk_act, random_state=s, **common),
+            np.float64,
+        )
+        variants["sklearn float32"] = lambda s: (
+            SkMLP(activation=sk_act, random_state=s, **common),
+            np.float32,
+        )
 
     limiter = contextlib.nullcontext()
     if args.blas_threads:
@@ -84,13 +126,17 @@ def main(argv=None):
                 secs = time.perf_counter() - t0
                 res[name]["acc"].append(est.score(Xte.astype(dt), yte))
                 res[name]["spe"].append(secs / est.n_iter_)
-    print(f"digits: {len(ytr)} train / {len(yte)} test, MLP {hidden}, {args.activation}, adam, "
-          f"{args.epochs} epochs, batch 200, {args.seeds} seeds"
-          + (f", BLAS threads {args.blas_threads}" if args.blas_threads else ""))
+    print(
+        f"digits: {len(ytr)} train / {len(yte)} test, MLP {hidden}, {args.activation}, adam, "
+        f"{args.epochs} epochs, batch 200, {args.seeds} seeds"
+        + (f", BLAS threads {args.blas_threads}" if args.blas_threads else "")
+    )
     print(f"{'':18s} {'test accuracy':>18s} {'ms / epoch (median)':>20s}")
     for name, r in res.items():
         acc = np.array(r["acc"]) * 100
-        print(f"{name:18s} {acc.mean():9.2f} ± {acc.std():5.2f}   {1e3 * statistics.median(r['spe']):12.2f}")
+        print(
+            f"{name:18s} {acc.mean():9.2f} ± {acc.std():5.2f}   {1e3 * statistics.median(r['spe']):12.2f}"
+        )
 
 
 if __name__ == "__main__":

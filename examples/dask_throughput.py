@@ -18,6 +18,7 @@ several repeats and compare numbers from the same run only.
     python examples/dask_throughput.py                    # 2^30 elements, 2 workers
     python examples/dask_throughput.py --log2n 26 --repeat 2   # quick smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +86,11 @@ def main(argv=None) -> int:
     host = {}
     xs = np.asarray(_block({None: {"chunk-location": (0,), "chunk-shape": (chunk,)}}))
     act(xs[:16]), act.backward(xs[:16], xs[:16])  # compile / load before timing
-    for label, fn in [("forward", lambda: act(xs)), ("backward", lambda: act.backward(xs, xs)),
-                      ("copy", lambda: xs.copy())]:
+    for label, fn in [
+        ("forward", lambda: act(xs)),
+        ("backward", lambda: act.backward(xs, xs)),
+        ("copy", lambda: xs.copy()),
+    ]:
         ts = []
         for _ in range(max(3, args.repeat)):
             t0 = time.perf_counter()
@@ -94,14 +98,17 @@ def main(argv=None) -> int:
             ts.append(time.perf_counter() - t0)
         host[label] = min(ts) / chunk * 1e9
 
-    with LocalCluster(
-        n_workers=args.workers,
-        threads_per_worker=args.threads,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    ) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=args.threads,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
 
         def warm():
             import iglu_np as m
@@ -142,21 +149,38 @@ def main(argv=None) -> int:
         for r in results.values():
             r["ns_per_element_over_copy"] = r["ns_per_element"] - base
 
-    print(f"iglu_np {iglu_np.__version__}, dask {dask.__version__}: {args.activation} on "
-          f"2^{args.log2n} float32 elements ({n * 4 / 2**30:.2f} GiB) in chunks of "
-          f"2^{args.log2chunk}, {args.workers} worker processes x {args.threads} thread(s), "
-          f"{os.cpu_count()} CPUs; worker warm-up {warm_s:.2f} s")
+    print(
+        f"iglu_np {iglu_np.__version__}, dask {dask.__version__}: {args.activation} on "
+        f"2^{args.log2n} float32 elements ({n * 4 / 2**30:.2f} GiB) in chunks of "
+        f"2^{args.log2chunk}, {args.workers} worker processes x {args.threads} thread(s), "
+        f"{os.cpu_count()} CPUs; worker warm-up {warm_s:.2f} s"
+    )
     print(f"{'measurement':<16} {'min s':>8} {'median s':>9} {'ns/elem':>8} {'over copy':>10}")
     for label, r in results.items():
-        print(f"{label:<16} {r['min_s']:>8.2f} {r['median_s']:>9.2f} {r['ns_per_element']:>8.2f} "
-              f"{r['ns_per_element_over_copy']:>10.2f}")
-    print("single process, one in-memory chunk, no Dask (ns/element): "
-          + ", ".join(f"{k} {v:.2f}" for k, v in host.items()))
-    print("Timings are wall clock on whatever else the machine is running; "
-          "compare rows of the same run.")
+        print(
+            f"{label:<16} {r['min_s']:>8.2f} {r['median_s']:>9.2f} {r['ns_per_element']:>8.2f} "
+            f"{r['ns_per_element_over_copy']:>10.2f}"
+        )
+    print(
+        "single process, one in-memory chunk, no Dask (ns/element): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in host.items())
+    )
+    print(
+        "Timings are wall clock on whatever else the machine is running; "
+        "compare rows of the same run."
+    )
     if args.json:
-        print(json.dumps({"args": vars(args), "cluster": results, "single_process": host,
-                          "warmup_s": warm_s}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "cluster": results,
+                    "single_process": host,
+                    "warmup_s": warm_s,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -10,6 +10,7 @@ loss. Writes table4_digits.md, table4_digits.csv and table4_digits.png to --out.
 
 Needs scikit-learn (digits) and, for the plot, matplotlib: pip install ".[examples]" in the checkout.
 """
+
 import argparse
 
 from iglu_np.nn.experiments import long_tailed_digits, markdown_table
@@ -23,9 +24,14 @@ def main():
     ap.add_argument("--seeds", type=int, default=None, help="override the number of seeds")
     ap.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
     args = ap.parse_args()
-    res = long_tailed_digits(quick=args.quick, out_dir=args.out, n_jobs=args.jobs,
-                             seeds=None if args.seeds is None else range(args.seeds),
-                             epochs=args.epochs, progress=True)
+    res = long_tailed_digits(
+        quick=args.quick,
+        out_dir=args.out,
+        n_jobs=args.jobs,
+        seeds=None if args.seeds is None else range(args.seeds),
+        epochs=args.epochs,
+        progress=True,
+    )
     print(markdown_table(res))
     print(f"{len(res['runs'])} runs in {res['seconds']:.0f} s; wrote {', '.join(res['files'])}")
 

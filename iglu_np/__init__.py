@@ -8,6 +8,7 @@ maps other names in use (Hugging Face transformers' ``ACT2FN``: ``quick_gelu``,
 ``gelu_new``, ``relu6`` ...) to ``(activation name, parameter values)``; ``iglu_np.get``
 and ``iglu_np.<alias>`` give them as activation objects with those values as defaults.
 """
+
 from types import MappingProxyType as _MappingProxy
 
 from . import _forksafe  # noqa: F401  (registers the fork hook before any thread starts)
@@ -21,5 +22,14 @@ ACTIVATIONS = _MappingProxy(_acts())
 globals().update(ACTIVATIONS)
 globals().update(_alias_objects())
 
-__all__ = ["ACTIVATIONS", "ALIASES", "Activation", "Alias", "get", "tail_index", "__version__",
-           *ACTIVATIONS, *ALIASES]
+__all__ = [
+    "ACTIVATIONS",
+    "ALIASES",
+    "Activation",
+    "Alias",
+    "get",
+    "tail_index",
+    "__version__",
+    *ACTIVATIONS,
+    *ALIASES,
+]

@@ -4,6 +4,7 @@
 its attributes give the derivatives (``.dx``, ``.dparams``, ``.backward``,
 ``.backward_params``) and the raw numpy ufuncs (``.ufunc``, ``.dx.ufunc`` ...).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -12,12 +13,12 @@ from types import MappingProxyType
 import numpy as np
 
 from . import _params
+from ._params import keyword_hint as _keyword_hint
+from ._spec import REGISTRY
 from .backends import backward_all as _backward_all
 from .backends import backward_params as _backward_params
 from .backends import run as _dispatch
 from .backends import ufunc as _ufunc
-from ._params import keyword_hint as _keyword_hint
-from ._spec import REGISTRY
 
 __all__ = ["Activation", "Alias", "get"]
 
@@ -77,8 +78,9 @@ class _DParams:
                 f"{self.__name__}() takes 1 positional argument (x), got {1 + len(args)}"
                 + _keyword_hint(self._p)
             )
-        return {p: _dispatch(self._p, "d_" + p, (x,), dict(params), None)
-                for p in self._p.param_names}
+        return {
+            p: _dispatch(self._p, "d_" + p, (x,), dict(params), None) for p in self._p.param_names
+        }
 
     def __repr__(self):
         return f"<iglu_np {self.__name__}>"
@@ -211,16 +213,26 @@ class Alias(Activation):
         self.name = self.__name__ = self.__qualname__ = name
         self.target = target.name
         self.fixed = MappingProxyType(dict(fixed))
-        self.params = tuple(dataclasses.replace(p, default=self.fixed[p.name])
-                            if p.name in self.fixed else p for p in target.params)
+        self.params = tuple(
+            dataclasses.replace(p, default=self.fixed[p.name]) if p.name in self.fixed else p
+            for p in target.params
+        )
         self.defaults = MappingProxyType({p.name: p.default for p in self.params})
-        self.__signature__ = target.__signature__.replace(parameters=[
-            q.replace(default=self.defaults[q.name]) if q.name in self.defaults else q
-            for q in target.__signature__.parameters.values()])
+        self.__signature__ = target.__signature__.replace(
+            parameters=[
+                q.replace(default=self.defaults[q.name]) if q.name in self.defaults else q
+                for q in target.__signature__.parameters.values()
+            ]
+        )
         fixed_txt = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
-        self.__doc__ = (f"``{name}``: an alias of ``iglu_np.{target.name}``"
-                        + (f" with {fixed_txt}" if fixed_txt else "") + "."
-                        + (f" {note}." if note else "") + "\n\n" + (target.__doc__ or ""))
+        self.__doc__ = (
+            f"``{name}``: an alias of ``iglu_np.{target.name}``"
+            + (f" with {fixed_txt}" if fixed_txt else "")
+            + "."
+            + (f" {note}." if note else "")
+            + "\n\n"
+            + (target.__doc__ or "")
+        )
         self.dx = _AliasOp(self, target.dx)
         self.backward = _AliasOp(self, target.backward)
         self.dparams = _AliasDParams(self, target.dparams)
@@ -257,8 +269,9 @@ def _alias_objects() -> dict:
         from ._aliases import ALIASES, NOTES
 
         acts = _acts()
-        _ALIAS_ACTS = {a: Alias(a, acts[t], fixed, NOTES.get(a, ""))
-                       for a, (t, fixed) in ALIASES.items()}
+        _ALIAS_ACTS = {
+            a: Alias(a, acts[t], fixed, NOTES.get(a, "")) for a, (t, fixed) in ALIASES.items()
+        }
     return _ALIAS_ACTS
 
 

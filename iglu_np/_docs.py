@@ -1,4 +1,5 @@
 """Docstrings generated from the specs (numpydoc layout, formulas in ``.. math::``)."""
+
 from __future__ import annotations
 
 import textwrap

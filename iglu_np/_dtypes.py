@@ -18,12 +18,26 @@
 This module imports numpy only: :mod:`iglu_np._api` and every backend import it, and it
 imports neither.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["F16", "F32", "F64", "is_bf16", "compute_dtype", "dtype_of", "all_half",
-           "narrow_result", "beyond_f32", "f32_split", "widened", "f32_range_error", "unbroadcast"]
+__all__ = [
+    "F16",
+    "F32",
+    "F64",
+    "is_bf16",
+    "compute_dtype",
+    "dtype_of",
+    "all_half",
+    "narrow_result",
+    "beyond_f32",
+    "f32_split",
+    "widened",
+    "f32_range_error",
+    "unbroadcast",
+]
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)

@@ -15,6 +15,7 @@ The hook is registered when ``iglu_np`` is imported, so import it before forking
 of a parent that loaded GNU OpenMP without ``iglu_np`` cannot tell that it was forked.
 This module imports nothing but the standard library.
 """
+
 from __future__ import annotations
 
 import os

@@ -18,6 +18,7 @@ structure parses them once with :meth:`Kind.parse` (memoised). The reductions
 (``sum_<p>``, ``bwdall``) write per-block or per-thread partial sums that their backend
 adds up; :func:`kinds` lists the per-element kinds and, with ``sums``, ``sum_<p>``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

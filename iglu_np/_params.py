@@ -5,6 +5,7 @@ what each call's validation needs precomputed) and check a call's keyword parame
 :func:`values`. This module imports numpy and the specs only: :mod:`iglu_np._api`, the
 dispatcher and every backend import it, and it imports none of them.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,7 @@ def keyword_hint(act: Params) -> str:
     if not act.param_names:
         return f"; {act.name} has no parameters"
     ex = ", ".join(f"{p.name}={p.default!r}" for p in act.params)
-    return (f"; parameters are keyword-only: {', '.join(act.param_names)} "
-            f"(e.g. {act.name}(x, {ex}))")
+    return f"; parameters are keyword-only: {', '.join(act.param_names)} (e.g. {act.name}(x, {ex}))"
 
 
 def unexpected(act: Params, k: str) -> TypeError:
@@ -133,7 +133,6 @@ def check(act: Params, p, v):
         if not ok.all():
             bad = float(a[~ok].flat[0])
             raise ValueError(
-                f"{act.name}: parameter {p.name} has a value {bad!r} outside its domain "
-                f"{p.domain}"
+                f"{act.name}: parameter {p.name} has a value {bad!r} outside its domain {p.domain}"
             )
     return v if arr.ndim == 0 and isinstance(v, (float, int, np.generic)) else arr

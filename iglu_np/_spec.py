@@ -14,6 +14,7 @@ An activation is declared once, in a small module under ``iglu_np/activations``,
 
 Specs never import a backend; backends import specs. Nothing here imports numba or mpmath.
 """
+
 from __future__ import annotations
 
 import math
@@ -273,8 +274,14 @@ def define(
         cs = list(inspect.signature(check).parameters)
         if cs != names:
             raise ValueError(f"{name}: check's parameters {cs} must be {names}, in that order")
-    for fn in [f, dx, *dparams.values(), *bulk.values(), *([bulk_domain] if bulk else []),
-               *(g for v in prepared.values() for g in v)]:
+    for fn in [
+        f,
+        dx,
+        *dparams.values(),
+        *bulk.values(),
+        *([bulk_domain] if bulk else []),
+        *(g for v in prepared.values() for g in v),
+    ]:
         kernel(fn)
     module = getattr(f, "__module__", None) or "?"  # the declaring module, as for docs
     spec = ActivationSpec(

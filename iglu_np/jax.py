@@ -39,6 +39,7 @@ yet.
 ``import iglu_np`` never imports JAX; this module needs it (``pip install '.[jax]'`` in the
 iglu_np checkout).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -57,8 +58,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 import numpy as np
 
 from . import _aliases, _params
-from ._dtypes import is_bf16
 from ._api import _acts
+from ._dtypes import is_bf16
 
 __all__ = ["ACTIVATIONS", "ALIASES", *_acts(), *_aliases.ALIASES]
 
@@ -143,18 +144,27 @@ def _apply(name, static, x, *dyn):
 def _fwd(name, static, x, *dyn):
     act = _acts()[name]
     out = jax.ShapeDtypeStruct(x.shape, x.dtype)
-    y = jax.pure_callback(partial(_forward_host, act, static, x.ndim, x.dtype), out, x, *dyn,
-                          vmap_method=_VMAP)
+    y = jax.pure_callback(
+        partial(_forward_host, act, static, x.ndim, x.dtype), out, x, *dyn, vmap_method=_VMAP
+    )
     return y, (x, dyn)
 
 
 def _bwd(name, static, res, g):
     x, dyn = res
     act = _acts()[name]
-    shapes = (jax.ShapeDtypeStruct(x.shape, x.dtype),
-              *(jax.ShapeDtypeStruct(d.shape, d.dtype) for d in dyn))
-    grads = jax.pure_callback(partial(_backward_host, act, static, x.ndim), shapes,
-                              x, g.astype(x.dtype), *dyn, vmap_method=_VMAP)
+    shapes = (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        *(jax.ShapeDtypeStruct(d.shape, d.dtype) for d in dyn),
+    )
+    grads = jax.pure_callback(
+        partial(_backward_host, act, static, x.ndim),
+        shapes,
+        x,
+        g.astype(x.dtype),
+        *dyn,
+        vmap_method=_VMAP,
+    )
     return tuple(grads)
 
 
@@ -198,8 +208,9 @@ def _call(act, x, params):
     try:
         shape = jnp.broadcast_shapes(x.shape, *(d.shape for d in dyn))
     except ValueError:
-        shapes = ", ".join(f"{k} {d.shape}" for (k, _), d in
-                           zip([s for s in static if s[1] is None], dyn))
+        shapes = ", ".join(
+            f"{k} {d.shape}" for (k, _), d in zip([s for s in static if s[1] is None], dyn)
+        )
         raise ValueError(
             f"iglu_np.jax.{name}: parameters ({shapes}) do not broadcast against x of "
             f"shape {x.shape}"
@@ -216,16 +227,22 @@ def _make(act):
     fn.__name__ = fn.__qualname__ = act.name
     fn.__module__ = __name__
     sig = [inspect.Parameter("x", inspect.Parameter.POSITIONAL_ONLY)]
-    sig += [inspect.Parameter(q.name, inspect.Parameter.KEYWORD_ONLY, default=q.default)
-            for q in act.params]
+    sig += [
+        inspect.Parameter(q.name, inspect.Parameter.KEYWORD_ONLY, default=q.default)
+        for q in act.params
+    ]
     fn.__signature__ = inspect.Signature(sig)
     ps = ", ".join(act.param_names)
     fn.__doc__ = (
         f"``iglu_np.{act.name}`` as a differentiable JAX function (:func:`jax.custom_vjp`).\n\n"
         f"{act.spec.summary}\n\n"
-        + (f"Parameters ({ps}) are keyword-only: a Python number is a constant, a JAX "
-           "array broadcastable to ``x`` is differentiated (its cotangent has its shape "
-           "and dtype).\n\n" if act.params else "")
+        + (
+            f"Parameters ({ps}) are keyword-only: a Python number is a constant, a JAX "
+            "array broadcastable to ``x`` is differentiated (its cotangent has its shape "
+            "and dtype).\n\n"
+            if act.params
+            else ""
+        )
         + "The result has ``x``'s dtype. Both passes run iglu_np's CPU kernels on the "
         "host through :func:`jax.pure_callback`: an array on a GPU is copied to the host "
         "and back (see :mod:`iglu_np.jax`)."
@@ -236,8 +253,9 @@ def _make(act):
 ACTIVATIONS = MappingProxyType({name: _make(act) for name, act in _acts().items()})
 """A read-only mapping from each activation's name to its JAX function, in the registry's
 order (``iglu_np.jax.ACTIVATIONS["iglu"] is iglu_np.jax.iglu``)."""
-ALIASES = MappingProxyType({a: _aliases.wrap(a, ACTIVATIONS[t], __name__)
-                            for a, (t, _) in _aliases.ALIASES.items()})
+ALIASES = MappingProxyType(
+    {a: _aliases.wrap(a, ACTIVATIONS[t], __name__) for a, (t, _) in _aliases.ALIASES.items()}
+)
 """Alias name -> JAX function: Hugging Face's activation names (``iglu_np.ALIASES``) as
 functions of their target, the alias's parameter values as defaults
 (``iglu_np.jax.quick_gelu(x)`` is ``iglu_np.jax.swish(x, beta=1.702)``)."""

@@ -3,6 +3,7 @@
 The IGLU paper argues that the gate's scale should match how heavy the tails of the
 pre-activations are. :func:`tail_index` estimates that heaviness from a sample.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,10 +74,8 @@ def tail_index(x, k=None, tail: str = "both") -> TailIndex:
         k = int(math.isqrt(n))
     k = int(k)
     if not 2 <= k < n:
-        raise ValueError(
-            f"tail_index: need 2 <= k < n (finite non-zero values); got k={k}, n={n}"
-        )
-    top = np.partition(a, n - k - 1)[n - k - 1:]  # the k+1 largest, smallest first
+        raise ValueError(f"tail_index: need 2 <= k < n (finite non-zero values); got k={k}, n={n}")
+    top = np.partition(a, n - k - 1)[n - k - 1 :]  # the k+1 largest, smallest first
     gamma = float(np.mean(np.log(top[1:])) - math.log(top[0]))
     if gamma <= 0:
         return TailIndex(math.inf, math.inf, k, n)

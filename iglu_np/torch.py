@@ -29,6 +29,7 @@ activation has a named subclass (``IGLU``, ``GELU``, ``LeakyReLU``, ``XIELU``, .
 Importing ``iglu_np`` never imports torch; this module needs it
 (``pip install '.[torch]'`` in the iglu_np checkout).
 """
+
 from __future__ import annotations
 
 try:
@@ -172,8 +173,10 @@ def _backward_cuda(act, grad, x, params, needs):
     grads = _on_gpu(x, run)
     if gx is not None and gx.dtype != x.dtype:
         gx = gx.to(x.dtype)
-    return gx, {n: torch.from_dlpack(grads[n]).to(params[n].dtype).reshape(params[n].shape)
-                .contiguous() for n in want}
+    return gx, {
+        n: torch.from_dlpack(grads[n]).to(params[n].dtype).reshape(params[n].shape).contiguous()
+        for n in want
+    }
 
 
 # --------------------------------------------------------------------------- the ops
@@ -196,8 +199,9 @@ def _define_ops(act):
             return _forward_cpu(act, x, params)
         if x.device.type == "cuda":
             return _forward_cuda(act, x, params)
-        raise TypeError(f"iglu_np.torch.{name}: unsupported device {x.device}; "
-                        "expected a CPU or CUDA tensor")
+        raise TypeError(
+            f"iglu_np.torch.{name}: unsupported device {x.device}; expected a CPU or CUDA tensor"
+        )
 
     def backward(grad, x, *args):
         *args, needs = args
@@ -208,10 +212,15 @@ def _define_ops(act):
             gx, grads = _backward_cpu(act, grad, x, params, needs)
         return ([gx] if gx is not None else []) + list(grads.values())
 
-    fwd = torch.library.custom_op(f"iglu_np::{name}", forward, mutates_args=(),
-                                  schema=f"(Tensor x{ps}) -> Tensor")
-    bwd = torch.library.custom_op(f"iglu_np::{name}_backward", backward, mutates_args=(),
-                                  schema=f"(Tensor grad, Tensor x{ps}, bool[] needs) -> Tensor[]")
+    fwd = torch.library.custom_op(
+        f"iglu_np::{name}", forward, mutates_args=(), schema=f"(Tensor x{ps}) -> Tensor"
+    )
+    bwd = torch.library.custom_op(
+        f"iglu_np::{name}_backward",
+        backward,
+        mutates_args=(),
+        schema=f"(Tensor grad, Tensor x{ps}, bool[] needs) -> Tensor[]",
+    )
 
     @fwd.register_fake
     def _(x, *args):
@@ -274,8 +283,7 @@ def _param_arg(act, fname, x, p, v):
     if isinstance(v, np.ndarray):
         return _param_arg(act, fname, x, p, torch.as_tensor(v, device=x.device))
     raise TypeError(
-        f"{fname}: parameter {p.name} must be a real number or a tensor, "
-        f"got {type(v).__name__}"
+        f"{fname}: parameter {p.name} must be a real number or a tensor, got {type(v).__name__}"
     )
 
 
@@ -287,11 +295,15 @@ def _make_function(act, op):
 
     def fn(x, /, **params):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{fname}: x must be a torch.Tensor, got {type(x).__name__}; "
-                            f"iglu_np.{name} takes numpy arrays")
+            raise TypeError(
+                f"{fname}: x must be a torch.Tensor, got {type(x).__name__}; "
+                f"iglu_np.{name} takes numpy arrays"
+            )
         if x.dtype not in _FLOATS:
-            raise TypeError(f"{fname}: unsupported dtype {x.dtype}; expected float16, "
-                            "bfloat16, float32 or float64 (convert with x.float())")
+            raise TypeError(
+                f"{fname}: unsupported dtype {x.dtype}; expected float16, "
+                "bfloat16, float32 or float64 (convert with x.float())"
+            )
         for k in params:
             if k not in by_name:
                 raise _params.unexpected(act._p, k)
@@ -306,8 +318,10 @@ def _make_function(act, op):
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
     sig = [inspect.Parameter("x", inspect.Parameter.POSITIONAL_ONLY)]
-    sig += [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
-            for p in act.params]
+    sig += [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+        for p in act.params
+    ]
     fn.__signature__ = inspect.Signature(sig)
     doms = "; ".join(f"{p.name}={p.default!r} ({p.domain})" for p in act.params)
     fn.__doc__ = (
@@ -320,8 +334,17 @@ def _make_function(act, op):
 
 
 # --------------------------------------------------------------------------- modules
-_TOKENS = {"relu": "ReLU", "prelu": "PReLU", "elu": "ELU", "celu": "CELU", "selu": "SELU",
-           "gelu": "GELU", "silu": "SiLU", "iglu": "IGLU", "atlu": "ATLU"}
+_TOKENS = {
+    "relu": "ReLU",
+    "prelu": "PReLU",
+    "elu": "ELU",
+    "celu": "CELU",
+    "selu": "SELU",
+    "gelu": "GELU",
+    "silu": "SiLU",
+    "iglu": "IGLU",
+    "atlu": "ATLU",
+}
 
 
 def class_name(name: str) -> str:
@@ -333,7 +356,7 @@ def class_name(name: str) -> str:
     parts = []
     for i, w in enumerate(name.split("_")):
         stem = w.rstrip("0123456789")
-        num = w[len(stem):]
+        num = w[len(stem) :]
         if stem in _TOKENS:
             parts.append(_TOKENS[stem] + num)
         elif stem[:1] == "x" and stem[1:] in _TOKENS:
@@ -419,8 +442,9 @@ class Activation(torch.nn.Module):
     tensor([0.5000, 0.5000, 0.5000], grad_fn=<AddBackward0>)
     """
 
-    def __init__(self, name: str, *, learnable=False, num_parameters: int = 1,
-                 channel_dim: int = 1, **params):
+    def __init__(
+        self, name: str, *, learnable=False, num_parameters: int = 1, channel_dim: int = 1, **params
+    ):
         super().__init__()
         act = _acts().get(name.name if isinstance(name, _Act) else name)
         if act is None:
@@ -449,8 +473,10 @@ class Activation(torch.nn.Module):
             raise ValueError(f"num_parameters must be a positive integer, got {num_parameters!r}")
         self.num_parameters = int(num_parameters)
         self.channel_dim = int(channel_dim)
-        host = {k: (v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v)
-                for k, v in params.items()}
+        host = {
+            k: (v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v)
+            for k, v in params.items()
+        }
         values = {**act.defaults, **host}
         _params.values(act._p, values)  # domains and combinations: iglu_np's ValueError
         self.learnable = learnable
@@ -477,10 +503,13 @@ class Activation(torch.nn.Module):
             v = np.broadcast_to(np.asarray(values[n], dtype=np.float64), shape)
             if _constrained(p):
                 raw = param_transform(act, n)[1](v, {**values, **init})
-                self.register_parameter("raw_" + n, torch.nn.Parameter(
-                    torch.tensor(np.array(raw), dtype=dtype)))
+                self.register_parameter(
+                    "raw_" + n, torch.nn.Parameter(torch.tensor(np.array(raw), dtype=dtype))
+                )
             else:
-                self.register_parameter(n, torch.nn.Parameter(torch.tensor(np.array(v), dtype=dtype)))
+                self.register_parameter(
+                    n, torch.nn.Parameter(torch.tensor(np.array(v), dtype=dtype))
+                )
             init[n] = v
 
     def _values(self) -> dict:
@@ -514,8 +543,9 @@ class Activation(torch.nn.Module):
 
     def forward(self, x):
         learn = set(self.learnable)
-        return self._fn(x, **{k: (self._shaped(v, x) if k in learn else v)
-                              for k, v in self._values().items()})
+        return self._fn(
+            x, **{k: (self._shaped(v, x) if k in learn else v) for k, v in self._values().items()}
+        )
 
     def extra_repr(self) -> str:
         act = _acts()[self.activation]
@@ -538,21 +568,34 @@ def _make_module(act):
     cname = class_name(act.name)
 
     def __init__(self, *, learnable=False, num_parameters=1, channel_dim=1, **params):
-        Activation.__init__(self, act.name, learnable=learnable, num_parameters=num_parameters,
-                            channel_dim=channel_dim, **params)
+        Activation.__init__(
+            self,
+            act.name,
+            learnable=learnable,
+            num_parameters=num_parameters,
+            channel_dim=channel_dim,
+            **params,
+        )
 
     ps = ", ".join(f"{p.name}={p.default!r} ({p.domain})" for p in act.params)
     sig = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    sig += [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
-            for p in act.params]
-    sig += [inspect.Parameter("learnable", inspect.Parameter.KEYWORD_ONLY, default=False),
-            inspect.Parameter("num_parameters", inspect.Parameter.KEYWORD_ONLY, default=1),
-            inspect.Parameter("channel_dim", inspect.Parameter.KEYWORD_ONLY, default=1)]
+    sig += [
+        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+        for p in act.params
+    ]
+    sig += [
+        inspect.Parameter("learnable", inspect.Parameter.KEYWORD_ONLY, default=False),
+        inspect.Parameter("num_parameters", inspect.Parameter.KEYWORD_ONLY, default=1),
+        inspect.Parameter("channel_dim", inspect.Parameter.KEYWORD_ONLY, default=1),
+    ]
     __init__.__signature__ = inspect.Signature(sig)
-    doc = (f"{act.spec.summary}\n\n``iglu_np.{act.name}`` as an ``nn.Module`` "
-           f"(parameters: {ps or 'none'}); see :class:`iglu_np.torch.Activation`.")
-    return type(cname, (Activation,), {"__init__": __init__, "__doc__": doc,
-                                        "__module__": __name__})
+    doc = (
+        f"{act.spec.summary}\n\n``iglu_np.{act.name}`` as an ``nn.Module`` "
+        f"(parameters: {ps or 'none'}); see :class:`iglu_np.torch.Activation`."
+    )
+    return type(
+        cname, (Activation,), {"__init__": __init__, "__doc__": doc, "__module__": __name__}
+    )
 
 
 # --------------------------------------------------------------------------- generate
@@ -567,8 +610,9 @@ for _name, _act in _acts().items():
 MODULES = MappingProxyType(_MODULES)
 """Activation name -> its ``nn.Module`` class (``MODULES["iglu"] is IGLU``)."""
 
-ALIASES = MappingProxyType({a: _aliases.wrap(a, _FUNCTIONS[t], __name__)
-                            for a, (t, _) in _aliases.ALIASES.items()})
+ALIASES = MappingProxyType(
+    {a: _aliases.wrap(a, _FUNCTIONS[t], __name__) for a, (t, _) in _aliases.ALIASES.items()}
+)
 """Alias name -> function: Hugging Face's activation names (``iglu_np.ALIASES``) as
 functions of their target, the alias's parameter values as defaults
 (``iglu_np.torch.quick_gelu(x)`` is ``iglu_np.torch.swish(x, beta=1.702)``)."""

@@ -13,6 +13,7 @@ spacings like the README's bounds (a 0 for 3e-41 is 2e4 ulp, not 0.003 of the sm
 normal number); ``ulp_errors``' default is the smallest normal number. NaN must give NaN;
 infinite true values must be hit exactly. Run ``python -m tests.accuracy`` for the per-activation table.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,8 +98,7 @@ def _mpf(v):
     return mpmath.mpf(float(v))
 
 
-def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS,
-              adaptive: bool = False):
+def reference(spec, kind: str, x: np.ndarray, params: dict, dps: int = DPS, adaptive: bool = False):
     """(true values as mpf list, scale as mpf list or None).
 
     ``adaptive`` adds 3 digits per decade of |x| away from 1 (and of each parameter), for

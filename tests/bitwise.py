@@ -6,6 +6,7 @@ vectorised loop may commute them where the numpy ufunc does not. So two paths th
 on every value (a chunked Dask call and the whole-array call, the ufunc and the njit loop)
 are equal when their bits are, NaN wherever NaN, whichever NaN it is.
 """
+
 import numpy as np
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

@@ -4,6 +4,7 @@
 compile; a cache hit never reaches it) so that ``n[0]`` counts the compiles the child
 makes. Tests prepend it to the script they run with ``python -c``.
 """
+
 import textwrap
 
 COUNT_COMPILES = textwrap.dedent("""

@@ -27,14 +27,20 @@ def pytest_collection_modifyitems(config, items):
 # real-GPU one and, on numpy >= 2.5, numba-cuda's offline PTX checks (it cannot compile
 # there; numba-cuda-mlir's offline check runs instead): IGLU_NP_STRICT_SKIPS=1 turns any
 # other skip (a verification step that silently stopped running) into a failure.
-_ALLOWED_SKIPS = (_GPU_SKIP,) + (() if hasattr(np, "row_stack") else (NUMBA_CUDA_WITHOUT_ROW_STACK,))
+_ALLOWED_SKIPS = (_GPU_SKIP,) + (
+    () if hasattr(np, "row_stack") else (NUMBA_CUDA_WITHOUT_ROW_STACK,)
+)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if rep.skipped and os.environ.get("IGLU_NP_STRICT_SKIPS") == "1" and not hasattr(rep, "wasxfail"):
+    if (
+        rep.skipped
+        and os.environ.get("IGLU_NP_STRICT_SKIPS") == "1"
+        and not hasattr(rep, "wasxfail")
+    ):
         reason = str(rep.longrepr[2] if isinstance(rep.longrepr, tuple) else rep.longrepr)
         if not any(a in reason for a in _ALLOWED_SKIPS):
             rep.outcome = "failed"

@@ -17,6 +17,7 @@ fake array), with every kernel launch recorded instead of run.
 undone after the test) and clears the backend's caches, which hold kernels of whichever
 cupy they were made with.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,7 +88,7 @@ def _contiguous(shape, strides, itemsize, order):
 
 def _c_strides(shape, itemsize, order="C"):
     strides, s = [0] * len(shape), itemsize
-    for i in (range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape))):
+    for i in range(len(shape) - 1, -1, -1) if order == "C" else range(len(shape)):
         strides[i] = s
         s *= shape[i]
     return tuple(strides)
@@ -102,8 +103,12 @@ class ndarray:
         self.dtype, self.itemsize, self.shape, self.ndim = dt, dt.itemsize, shape, len(shape)
         self.size = math.prod(shape)
         self.nbytes = self.size * dt.itemsize
-        self.strides = tuple(strides) if strides is not None else _c_strides(shape, dt.itemsize, order)
-        self.data = memptr if memptr is not None else _MemoryPointer(STATE.alloc(self.nbytes), STATE.device)
+        self.strides = (
+            tuple(strides) if strides is not None else _c_strides(shape, dt.itemsize, order)
+        )
+        self.data = (
+            memptr if memptr is not None else _MemoryPointer(STATE.alloc(self.nbytes), STATE.device)
+        )
         self.base = None
         self._c_contiguous = _contiguous(shape, self.strides, dt.itemsize, "C")
         self._f_contiguous = _contiguous(shape, self.strides, dt.itemsize, "F")
@@ -118,7 +123,9 @@ class ndarray:
         return cuda.Device(self.data.device_id)
 
     def _view(self, offset, shape, strides):
-        v = ndarray(shape, self.dtype, _MemoryPointer(self.data.ptr + offset, self.data.device_id), strides)
+        v = ndarray(
+            shape, self.dtype, _MemoryPointer(self.data.ptr + offset, self.data.device_id), strides
+        )
         v.base = self if self.base is None else self.base
         return v
 
@@ -131,8 +138,11 @@ class ndarray:
             raise NotImplementedError("the fake takes an integer or a slice of the first axis")
         start, stop, step = key.indices(self.shape[0])
         n = len(range(start, stop, step))
-        return self._view(start * self.strides[0], (n, *self.shape[1:]),
-                          (self.strides[0] * step, *self.strides[1:]))
+        return self._view(
+            start * self.strides[0],
+            (n, *self.shape[1:]),
+            (self.strides[0] * step, *self.strides[1:]),
+        )
 
     def __setitem__(self, key, value):
         if STATE.record:
@@ -163,9 +173,16 @@ class ndarray:
         return self._view(0, self.shape, self.strides)
 
     def sum(self, axis=None, dtype=None, keepdims=False):
-        axes = tuple(range(self.ndim)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
-        shape = tuple(1 if i in axes else n for i, n in enumerate(self.shape)) if keepdims else \
-            tuple(n for i, n in enumerate(self.shape) if i not in axes)
+        axes = (
+            tuple(range(self.ndim))
+            if axis is None
+            else ((axis,) if isinstance(axis, int) else tuple(axis))
+        )
+        shape = (
+            tuple(1 if i in axes else n for i, n in enumerate(self.shape))
+            if keepdims
+            else tuple(n for i, n in enumerate(self.shape) if i not in axes)
+        )
         r = ndarray(shape, dtype or self.dtype)
         if STATE.record:
             STATE.ops.append(("sum", self, axes))
@@ -243,23 +260,39 @@ class RawKernel:
 
     def __call__(self, grid, block, args, *, shared_mem=0, enable_cooperative_groups=False):
         if STATE.record:
-            STATE.launches.append(Launch(self, tuple(grid), tuple(block), tuple(args), STATE.device,
-                                         cuda.get_current_stream()))
+            STATE.launches.append(
+                Launch(
+                    self,
+                    tuple(grid),
+                    tuple(block),
+                    tuple(args),
+                    STATE.device,
+                    cuda.get_current_stream(),
+                )
+            )
 
     def __repr__(self):
         return f"<fake RawKernel {self.name}>"
 
 
 class ElementwiseKernel:
-    def __init__(self, in_params, out_params, operation, name="kernel", preamble="", options=(), **kw):
-        self.in_params, self.out_params, self.operation, self.name = in_params, out_params, operation, name
+    def __init__(
+        self, in_params, out_params, operation, name="kernel", preamble="", options=(), **kw
+    ):
+        self.in_params, self.out_params, self.operation, self.name = (
+            in_params,
+            out_params,
+            operation,
+            name,
+        )
         self.preamble, self.options = preamble, tuple(options)
         STATE.compiled.append(self)
 
     def __call__(self, *args, **kwargs):
         if STATE.record:
-            STATE.launches.append(Launch(self, (), (), tuple(args), STATE.device,
-                                         cuda.get_current_stream()))
+            STATE.launches.append(
+                Launch(self, (), (), tuple(args), STATE.device, cuda.get_current_stream())
+            )
 
     def __repr__(self):
         return f"<fake ElementwiseKernel {self.name}>"
@@ -319,8 +352,11 @@ def _get_current_stream():
     return STATE.stream
 
 
-runtime = types.SimpleNamespace(getDevice=lambda: STATE.device, getDeviceCount=lambda: 2,
-                                getDeviceProperties=lambda i: {"name": b"Fake GPU"})
+runtime = types.SimpleNamespace(
+    getDevice=lambda: STATE.device,
+    getDeviceCount=lambda: 2,
+    getDeviceProperties=lambda i: {"name": b"Fake GPU"},
+)
 compiler = types.ModuleType("cupy.cuda.compiler")
 compiler._NVRTCProgram = _NVRTCProgram
 cuda = types.ModuleType("cupy.cuda")

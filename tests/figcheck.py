@@ -6,6 +6,7 @@ y-label, and log axes spanning so many decades that the curves flatten into a st
 :func:`checking_savefig` wraps ``Figure.savefig`` so that every figure a piece of code
 saves is checked first (use with ``monkeypatch``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,12 @@ ARROW_END = 6.0
 
 
 def _inside(inner, outer, tol=TOL):
-    return (inner.x0 >= outer.x0 - tol and inner.y0 >= outer.y0 - tol
-            and inner.x1 <= outer.x1 + tol and inner.y1 <= outer.y1 + tol)
+    return (
+        inner.x0 >= outer.x0 - tol
+        and inner.y0 >= outer.y0 - tol
+        and inner.x1 <= outer.x1 + tol
+        and inner.y1 <= outer.y1 + tol
+    )
 
 
 def _data_points(ax):
@@ -55,8 +60,10 @@ def _segments_cross(a, b, p):
     c, d = p[:-1], p[1:]
 
     def orient(u, v, w):
-        return np.sign((v[..., 0] - u[..., 0]) * (w[..., 1] - u[..., 1])
-                       - (v[..., 1] - u[..., 1]) * (w[..., 0] - u[..., 0]))
+        return np.sign(
+            (v[..., 0] - u[..., 0]) * (w[..., 1] - u[..., 1])
+            - (v[..., 1] - u[..., 1]) * (w[..., 0] - u[..., 0])
+        )
 
     o1, o2 = orient(a, b, c), orient(a, b, d)
     o3, o4 = orient(c, d, a), orient(c, d, b)
@@ -66,10 +73,14 @@ def _segments_cross(a, b, p):
 def _arrow_crossings(ax, r) -> list[str]:
     """Annotations whose arrow crosses a data line before it reaches its point."""
     out = []
-    lines = [np.asarray(ax.transData.transform(np.asarray(ln.get_xydata(), float)))
-             for ln in ax.lines
-             if ln.get_visible() and ln.get_transform() == ax.transData and len(ln.get_xydata()) > 1
-             and ln.get_linestyle() not in ("None", "", " ")]
+    lines = [
+        np.asarray(ax.transData.transform(np.asarray(ln.get_xydata(), float)))
+        for ln in ax.lines
+        if ln.get_visible()
+        and ln.get_transform() == ax.transData
+        and len(ln.get_xydata()) > 1
+        and ln.get_linestyle() not in ("None", "", " ")
+    ]
     for t in ax.texts:
         arrow = getattr(t, "arrow_patch", None)
         if arrow is None or not t.get_visible():
@@ -80,8 +91,10 @@ def _arrow_crossings(ax, r) -> list[str]:
         d = np.hypot(*(v - tip).T)
         shaft = v[: int(np.argmax(d < ARROW_END)) or len(v)]
         for i in range(len(shaft) - 1):
-            if any(_segments_cross(shaft[i], shaft[i + 1], ln[np.isfinite(ln).all(axis=1)])
-                   for ln in lines):
+            if any(
+                _segments_cross(shaft[i], shaft[i + 1], ln[np.isfinite(ln).all(axis=1)])
+                for ln in lines
+            ):
                 out.append(f"the arrow of {t.get_text()!r} crosses a curve ({ax.get_title()!r})")
                 break
     return out
@@ -104,24 +117,30 @@ def layout_problems(fig) -> list[str]:
             lo, hi = sorted(ax.get_ylim())
             span = np.log10(hi / lo) if lo > 0 else np.inf
             if span > MAX_DECADES:
-                problems.append(f"log y-axis of {ax.get_title()!r} spans {span:.0f} decades "
-                                f"(at most {MAX_DECADES})")
+                problems.append(
+                    f"log y-axis of {ax.get_title()!r} spans {span:.0f} decades "
+                    f"(at most {MAX_DECADES})"
+                )
         problems += _arrow_crossings(ax, r)
         abox = ax.get_window_extent(r)
         for t in ax.texts:  # annotations and ax.text: inside their axes
             if t.get_visible() and t.get_text().strip():
                 tb = t.get_window_extent(r)
                 if not _inside(tb, abox):
-                    problems.append(f"text {t.get_text()!r} {tb.bounds} leaves its axes "
-                                    f"{abox.bounds} ({ax.get_title()!r})")
+                    problems.append(
+                        f"text {t.get_text()!r} {tb.bounds} leaves its axes "
+                        f"{abox.bounds} ({ax.get_title()!r})"
+                    )
     for leg, axes in legends:
         lb = leg.get_window_extent(r)
         for ax in axes:
             p = _data_points(ax)
-            inside = ((p[:, 0] > lb.x0) & (p[:, 0] < lb.x1) & (p[:, 1] > lb.y0) & (p[:, 1] < lb.y1))
+            inside = (p[:, 0] > lb.x0) & (p[:, 0] < lb.x1) & (p[:, 1] > lb.y0) & (p[:, 1] < lb.y1)
             if inside.any():
-                problems.append(f"legend {lb.bounds} covers {int(inside.sum())} data points "
-                                f"of axes {ax.get_title()!r}")
+                problems.append(
+                    f"legend {lb.bounds} covers {int(inside.sum())} data points "
+                    f"of axes {ax.get_title()!r}"
+                )
     return problems
 
 

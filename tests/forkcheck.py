@@ -10,6 +10,7 @@ or ``{"layer": null, "error": ...}`` when ``NUMBA_THREADING_LAYER`` names a laye
 cannot load here. Runs in a process of its own: Numba picks its threading layer once per
 process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,8 +70,12 @@ def _in_pool(method: str, want: dict) -> dict:
     pool.close()
     pool.join()
     lost = got.pop("threads_lost")
-    return {"ok": True, "same": got == want, "threads_lost": lost,
-            "differ": sorted(k for k in got if got[k] != want.get(k))}
+    return {
+        "ok": True,
+        "same": got == want,
+        "threads_lost": lost,
+        "differ": sorted(k for k in got if got[k] != want.get(k)),
+    }
 
 
 def main(methods) -> dict:
@@ -92,9 +97,14 @@ def main(methods) -> dict:
         from numba.np.ufunc import omppool
 
         vendor = omppool.openmp_vendor
-    return {"layer": layer, "openmp": vendor, "fork_unsafe": _forksafe.unsafe_layer_loaded(),
-            "threads": numba.get_num_threads(), "guard_trips": cpu_fast.guard_trips,
-            "results": {m: _in_pool(m, want) for m in methods}}
+    return {
+        "layer": layer,
+        "openmp": vendor,
+        "fork_unsafe": _forksafe.unsafe_layer_loaded(),
+        "threads": numba.get_num_threads(),
+        "guard_trips": cpu_fast.guard_trips,
+        "results": {m: _in_pool(m, want) for m in methods},
+    }
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 * ``host_library`` builds the same preamble and body with g++ into a shared library
   (IGLU_NP_HOST_DEVICE -> ``inline``) for numerical comparison with the CPU ufuncs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,8 +35,19 @@ ARCHS = ((8, 0), (9, 0))
 # with two parameters (softplus), hypot in float64 (squareplus), four parameters (xielu),
 # two piecewise parameters (hardtanh), piecewise without (hardswish). `-m slow` (CI runs
 # it too) checks every activation.
-GPU_DEFAULT = ("iglu", "iglu_approx", "gelu", "silu", "swish", "elu", "softplus", "squareplus",
-               "xielu", "hardtanh", "hardswish")
+GPU_DEFAULT = (
+    "iglu",
+    "iglu_approx",
+    "gelu",
+    "silu",
+    "swish",
+    "elu",
+    "softplus",
+    "squareplus",
+    "xielu",
+    "hardtanh",
+    "hardswish",
+)
 
 
 def default_or_slow(names, default=GPU_DEFAULT):
@@ -44,13 +56,16 @@ def default_or_slow(names, default=GPU_DEFAULT):
 
     return [n if n in default else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
+
 # numba-cuda 0.30 overloads numpy.row_stack, which numpy 2.5 removed: there it cannot
 # compile a kernel (iglu_np.backends.cuda.toolchain says so to users), so its offline PTX
 # checks cannot run; tests/test_mlir_ptx.py compiles the kernels through numba-cuda-mlir,
 # the default toolchain, on every numpy. conftest.py accepts this skip under
 # IGLU_NP_STRICT_SKIPS=1 only where numpy has no row_stack.
-NUMBA_CUDA_WITHOUT_ROW_STACK = ("numba-cuda cannot compile kernels on numpy >= 2.5 (no numpy.row_stack); "
-                                "tests/test_mlir_ptx.py compiles them through numba-cuda-mlir here")
+NUMBA_CUDA_WITHOUT_ROW_STACK = (
+    "numba-cuda cannot compile kernels on numpy >= 2.5 (no numpy.row_stack); "
+    "tests/test_mlir_ptx.py compiles them through numba-cuda-mlir here"
+)
 
 
 def skip_where_numba_cuda_cannot_compile():
@@ -103,7 +118,10 @@ def nvrtc_compile(source: str, cc=(9, 0), name="iglu_np_test.cu", options=()):
 
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     # the options CuPy compiles with (no FMA contraction, no flush to zero: see cxx.py)
-    opts = [f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(), *(o.encode() for o in cxx.NVRTC_OPTIONS)]
+    opts = [
+        f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(),
+        *(o.encode() for o in cxx.NVRTC_OPTIONS),
+    ]
     inc = cuda_include_dir()
     if inc:
         opts.append(f"--include-path={inc}".encode())
@@ -216,8 +234,8 @@ def entry_text(ptx: str, entry: str) -> str:
     m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(", ptx)
     if m is None:
         raise ValueError(f"no .entry {entry} in PTX")
-    nxt = re.search(r"\.entry\s+\w+\s*\(", ptx[m.end():])
-    return ptx[m.start(): m.end() + nxt.start() if nxt else len(ptx)]
+    nxt = re.search(r"\.entry\s+\w+\s*\(", ptx[m.end() :])
+    return ptx[m.start() : m.end() + nxt.start() if nxt else len(ptx)]
 
 
 def ptx_stats(ptx: str, entry: str | None = None) -> dict:
@@ -228,7 +246,11 @@ def ptx_stats(ptx: str, entry: str | None = None) -> dict:
         "st_global": sum(o.startswith("st.global") for o in ops),
         "f64_ops": sum(".f64" in o for o in ops),
         "local": sum(".local" in o for o in ops) + ptx.count(".local "),
-        "mufu": sum(o.split(".")[0] in ("ex2", "lg2", "rcp", "rsqrt", "sqrt", "sin", "cos", "tanh") and "approx" in o for o in ops),
+        "mufu": sum(
+            o.split(".")[0] in ("ex2", "lg2", "rcp", "rsqrt", "sqrt", "sin", "cos", "tanh")
+            and "approx" in o
+            for o in ops
+        ),
         "div": sum(o.startswith("div") for o in ops),
         "ftz": sum(".ftz" in o for o in ops),
         "fma": sum(o.startswith("fma") for o in ops),
@@ -266,7 +288,9 @@ def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, e
     params = [a for a in ks.args if a.startswith("p_")]
     C = ks.compute
     args = [f"const X* __restrict__ _raw_{d}" for d in data]
-    args += [f"const {C}* __restrict__ _raw_{p}" if param_arrays else f"const {C} {p}" for p in params]
+    args += [
+        f"const {C}* __restrict__ _raw_{p}" if param_arrays else f"const {C} {p}" for p in params
+    ]
     args += ["Y* __restrict__ _raw_y", "const long long _n"]
     loads = [f"const X {d} = _raw_{d}[_i];" for d in data]
     if param_arrays:
@@ -276,7 +300,9 @@ def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, e
         + f'extern "C" __global__ void {entry or ks.name}({", ".join(args)}) {{\n'
         + "  for (long long _i = (long long)blockIdx.x * blockDim.x + threadIdx.x; _i < _n;\n"
         + "       _i += (long long)blockDim.x * gridDim.x) {\n"
-        + "    " + "\n    ".join(loads) + "\n"
+        + "    "
+        + "\n    ".join(loads)
+        + "\n"
         + "    Y y;\n"
         + f"    {ks.body}\n"
         + "    _raw_y[_i] = y;\n"
@@ -286,7 +312,8 @@ def _cupy_like_kernel(ks, data_dtype: str, out_dtype: str, param_arrays=False, e
 
 def _fp16_head(*dtypes) -> str:
     return ("#include <cuda_fp16.h>\n" if "float16" in dtypes else "") + (
-        CUPY_BF16 if "bfloat16" in dtypes else "")
+        CUPY_BF16 if "bfloat16" in dtypes else ""
+    )
 
 
 def cupy_like_source(ks, data_dtype: str, out_dtype: str, param_arrays=False) -> str:
@@ -357,7 +384,9 @@ def _host_function(ks, ctype: str) -> str:
     return (
         f'extern "C" void {cname}({", ".join(args)}) {{\n'
         + "  for (long _i = 0; _i < _n; ++_i) {\n"
-        + "    " + "\n    ".join(loads) + "\n"
+        + "    "
+        + "\n    ".join(loads)
+        + "\n"
         + "    Y y;\n"
         + f"    {ks.body}\n"
         + "    _raw_y[_i] = y;\n"
@@ -394,7 +423,18 @@ def compile_host(src: str, stem: str, flags=("-O2", "-ffp-contract=off"), workdi
     cpp, so = d / f"{stem}_{key}.cpp", d / f"{stem}_{key}.so"
     cpp.write_text(src)
     r = subprocess.run(
-        [gxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", *flags, str(cpp), "-o", str(so)],
+        [
+            gxx,
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Wextra",
+            *flags,
+            str(cpp),
+            "-o",
+            str(so),
+        ],
         capture_output=True,
         text=True,
     )
@@ -410,8 +450,12 @@ def host_call(lib, spec, kind, dtype, x, g=None, params=()):
     ks = cxx.kernel_source(spec, kind, dt)
     fn = getattr(lib, f"{ks.name}_{ct}")
     x = np.ascontiguousarray(x, dtype=dt)
-    arrs = [x] + ([np.ascontiguousarray(np.broadcast_to(g, x.shape), dtype=dt)] if g is not None else [])
-    arrs += [np.ascontiguousarray(np.broadcast_to(np.asarray(p, dtype=dt), x.shape)) for p in params]
+    arrs = [x] + (
+        [np.ascontiguousarray(np.broadcast_to(g, x.shape), dtype=dt)] if g is not None else []
+    )
+    arrs += [
+        np.ascontiguousarray(np.broadcast_to(np.asarray(p, dtype=dt), x.shape)) for p in params
+    ]
     out = np.empty_like(x)
     ptr = ctypes.POINTER(ctypes.c_float if dt == np.float32 else ctypes.c_double)
     fn.argtypes = [ptr] * (len(arrs) + 1) + [ctypes.c_long]
@@ -426,7 +470,9 @@ def assert_same_bits(got, want, what):
     assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
     u = f"u{got.itemsize}"
     bad = np.nonzero((got.view(u) != want.view(u)) & ~(np.isnan(got) & np.isnan(want)))[0]
-    assert bad.size == 0, f"{what}: {bad.size} differ, first at {bad[0]}: got {got[bad[0]]!r} want {want[bad[0]]!r}"
+    assert bad.size == 0, (
+        f"{what}: {bad.size} differ, first at {bad[0]}: got {got[bad[0]]!r} want {want[bad[0]]!r}"
+    )
 
 
 def ulp_diff(a, b) -> np.ndarray:
@@ -493,7 +539,6 @@ def in_scale_units(spec, kind, dt, x, g, ps, got, want, d, max_ulp):
     return d
 
 
-
 def sweep_points(dtype) -> np.ndarray:
     """Log-spaced +-[1e-30, 1e6], +-0, +-inf, nan, the branch edges near |x| = 1, the tails
     where exp-gated values become subnormal and then zero (|x| from 1 to 800, densely:
@@ -504,10 +549,29 @@ def sweep_points(dtype) -> np.ndarray:
     mags = np.logspace(-30, 6, 2001)
     near = np.array([0.25, 0.5, 0.999, 1.0, 1.001, 2.0, 3.19, 4.0])
     tails = np.concatenate([np.linspace(1.0, 120.0, 1191), np.linspace(120.0, 800.0, 681)])
-    edges = np.array([float(fi.max), 0.75 * float(fi.max), 0.5 * float(fi.max), float(fi.tiny),
-                      float(fi.tiny) / 2, float(fi.smallest_subnormal)])
-    pts = np.concatenate([mags, -mags, near, -near, tails, -tails, edges, -edges,
-                          [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    edges = np.array(
+        [
+            float(fi.max),
+            0.75 * float(fi.max),
+            0.5 * float(fi.max),
+            float(fi.tiny),
+            float(fi.tiny) / 2,
+            float(fi.smallest_subnormal),
+        ]
+    )
+    pts = np.concatenate(
+        [
+            mags,
+            -mags,
+            near,
+            -near,
+            tails,
+            -tails,
+            edges,
+            -edges,
+            [0.0, -0.0, np.inf, -np.inf, np.nan],
+        ]
+    )
     with np.errstate(under="ignore"):
         return pts.astype(dt)
 
@@ -515,13 +579,23 @@ def sweep_points(dtype) -> np.ndarray:
 def global_loads_stores(ptx: str, entry: str | None = None):
     """(loads, stores) of array data in a kernel: global or generic (not param/shared/local)."""
     ops = ptx_instructions(ptx, entry)
-    loads = sum(1 for o in ops if o.startswith("ld.") and not o.startswith(("ld.param", "ld.local", "ld.shared", "ld.const")))
-    stores = sum(1 for o in ops if o.startswith("st.") and not o.startswith(("st.param", "st.local", "st.shared")))
+    loads = sum(
+        1
+        for o in ops
+        if o.startswith("ld.")
+        and not o.startswith(("ld.param", "ld.local", "ld.shared", "ld.const"))
+    )
+    stores = sum(
+        1
+        for o in ops
+        if o.startswith("st.") and not o.startswith(("st.param", "st.local", "st.shared"))
+    )
     return loads, stores
 
 
-def assert_single_pass(ptx: str, n_inputs: int, what: str, entry: str | None = None,
-                       n_always: int | None = None):
+def assert_single_pass(
+    ptx: str, n_inputs: int, what: str, entry: str | None = None, n_always: int | None = None
+):
     """One load per input and one store per element. The compiler may unroll the
     grid-stride loop (k copies of the body, plus a remainder), so the static counts are
     k*n_inputs loads for k stores. ``n_always``: the static counts cannot be exact (a

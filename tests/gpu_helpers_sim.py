@@ -8,6 +8,7 @@ compares. Cases: odd-sized 1-D input with scalar parameters, a non-contiguous 2-
 with a broadcast per-column parameter array, float16 data, ``out=``, and
 ``backward_params`` with scalar and array parameters.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """tools/accuracy_search.py: the random search flags points above the tolerance, a short
 run over one activation writes its worst points and a report, and --compare scores the
 same draws at a git revision and here."""
+
 import io
 import json
 import sys
@@ -49,7 +50,9 @@ def test_short_search_writes_worst_points_and_a_report(tmp_path):
     recs = [json.loads(line) for line in buf.getvalue().splitlines()]
     assert totals["points"] > 0 and totals.get("violations", 0) == 0
     worst = {(r["dtype"], r["kind"]) for r in recs if r["type"] == "worst"}
-    assert worst == {(d, k) for d in ("float32", "float64") for k in ("fwd", "dx", "d_negative_slope")}
+    assert worst == {
+        (d, k) for d in ("float32", "float64") for k in ("fwd", "dx", "d_negative_slope")
+    }
     p = tmp_path / "s.jsonl"
     p.write_text(buf.getvalue())
     text = search.report(p)
@@ -59,9 +62,13 @@ def test_short_search_writes_worst_points_and_a_report(tmp_path):
 def _git_ok() -> bool:
     import shutil
     import subprocess
+
     root = Path(__file__).resolve().parent.parent
-    return shutil.which("git") is not None and subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode == 0
+    return (
+        shutil.which("git") is not None
+        and subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode
+        == 0
+    )
 
 
 @pytest.mark.skipif(not _git_ok(), reason="needs git and a checkout with history")
@@ -69,7 +76,9 @@ def test_compare_scores_the_same_draws_at_a_revision(monkeypatch, tmp_path):
     monkeypatch.setenv("IGLU_NP_CACHE_DIR", str(tmp_path / "cache"))
     text = search._compare("HEAD", ["leaky_relu"], seed=4, draws=3, kinds=["fwd"])
     lines = text.splitlines()[1:]
-    assert [ln.split()[:3] for ln in lines] == [["leaky_relu", d, "fwd"] for d in ("float32", "float64")]
+    assert [ln.split()[:3] for ln in lines] == [
+        ["leaky_relu", d, "fwd"] for d in ("float32", "float64")
+    ]
     for ln in lines:
         # leaky_relu is the same at HEAD and here: the same points, the same errors
         old = ln.split(" old ")[1].split("  new ")[0]

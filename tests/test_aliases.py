@@ -1,5 +1,6 @@
 """Other names for registered activations (iglu_np.ALIASES): Hugging Face transformers'
 ACT2FN names, each its target with fixed parameter values as defaults."""
+
 import json
 import math
 import pickle
@@ -44,10 +45,10 @@ def test_alias_equals_its_target_with_the_fixed_parameters(alias):
 # Hugging Face's formulas as written in transformers/activations.py, at float64.
 _S2PI = math.sqrt(2.0 / math.pi)
 _HF = {
-    "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x ** 3.0))),
-    "gelu_pytorch_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x ** 3.0))),
-    "gelu_python_tanh": lambda x: x * 0.5 * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x ** 3.0))),
-    "gelu_accurate": lambda x: 0.5 * x * (1 + np.tanh(_S2PI * (x + 0.044715 * x ** 3))),
+    "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x**3.0))),
+    "gelu_pytorch_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x**3.0))),
+    "gelu_python_tanh": lambda x: x * 0.5 * (1.0 + np.tanh(_S2PI * (x + 0.044715 * x**3.0))),
+    "gelu_accurate": lambda x: 0.5 * x * (1 + np.tanh(_S2PI * (x + 0.044715 * x**3))),
     "gelu_fast": lambda x: 0.5 * x * (1.0 + np.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
     "gelu_python": lambda x: x * 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0))),
     "quick_gelu": lambda x: x / (1.0 + np.exp(-1.702 * x)),
@@ -137,8 +138,12 @@ def test_unknown_name_suggests_close_aliases_too():
 
 
 def test_info_lists_the_aliases():
-    r = subprocess.run([sys.executable, "-m", "iglu_np", "info", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "iglu_np", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["aliases"]["quick_gelu"] == {"activation": "swish", "params": {"beta": 1.702}}

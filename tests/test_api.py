@@ -1,5 +1,6 @@
 """Public API conventions, parametrised over the registry: dtype rules, out=, broadcasting,
 errors, derivatives against finite differences, fused kernels against their parts."""
+
 import doctest
 import pickle
 
@@ -168,6 +169,7 @@ def test_derivatives_match_finite_differences(name):
         fd = _fd(lambda t: a(t, **params), xs, h)
         np.testing.assert_allclose(a.dx(xs, **params), fd, rtol=2e-6, atol=2e-8)
         for p in spec.param_names:
+
             def fp(v, p=p):
                 q = dict(params)
                 q[p] = v
@@ -178,7 +180,9 @@ def test_derivatives_match_finite_differences(name):
             par = spec.param(p)
             if not (par.contains(v0 - hp) and par.contains(v0 + hp)):
                 continue
-            if spec.check and (spec.check(**{**params, p: v0 - hp}) or spec.check(**{**params, p: v0 + hp})):
+            if spec.check and (
+                spec.check(**{**params, p: v0 - hp}) or spec.check(**{**params, p: v0 + hp})
+            ):
                 continue
             fdp = (fp(v0 + hp) - fp(v0 - hp)) / (2 * hp)
             np.testing.assert_allclose(a.dparams(xs, **params)[p], fdp, rtol=2e-6, atol=2e-8)
@@ -256,8 +260,9 @@ def test_iglu_limits_and_negative_tail_gradient_positive():
         assert (g > 0).all()
         # the tail follows 2/(3 pi sigma^3 |x|^3)
         far = x < -1e3
-        np.testing.assert_allclose(g[far], 2 / (3 * np.pi * np.abs(x[far].astype(float)) ** 3),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            g[far], 2 / (3 * np.pi * np.abs(x[far].astype(float)) ** 3), rtol=1e-5
+        )
 
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, width=32)
@@ -286,8 +291,10 @@ MONOTONE = [n for n in NAMES if iglu_np.ACTIVATIONS[n].spec.monotonic]
 
 @pytest.mark.skipif(not MONOTONE, reason="no spec declares monotonic=True yet")
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(MONOTONE or ["iglu"]),
-       x=hnp.arrays(np.float64, 20, elements=st.floats(-1e4, 1e4)))
+@given(
+    name=st.sampled_from(MONOTONE or ["iglu"]),
+    x=hnp.arrays(np.float64, 20, elements=st.floats(-1e4, 1e4)),
+)
 def test_property_monotonic(name, x):
     a = iglu_np.ACTIVATIONS[name]
     xs = np.sort(x)

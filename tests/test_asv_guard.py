@@ -1,6 +1,7 @@
 """The asv suite (asv_benchmarks/) covers every registered activation, and its guard and
 helpers work. Cheap: imports the benchmark modules and runs a few tiny benchmarks
 directly (asv itself is not needed)."""
+
 import math
 import os
 import sys
@@ -45,8 +46,11 @@ def test_guard_reports_an_unbenchmarked_activation():
     assert gaps == {"not_benchmarked": list(_common.ASPECTS)}
     # parameter gradients are required of the activations with parameters, only of them
     bp = bench_activations.BackwardParams
-    without_iglu = type("BP", (), {"params": (tuple(n for n in bp.params[0] if n != "iglu"),),
-                                         "aspects": bp.aspects})
+    without_iglu = type(
+        "BP",
+        (),
+        {"params": (tuple(n for n in bp.params[0] if n != "iglu"),), "aspects": bp.aspects},
+    )
     classes = [without_iglu if c is bp else c for c in _common.REGISTRY_DRIVEN]
     assert _common.coverage_gaps(classes=classes) == {"iglu": ["backward_params"]}
     assert "relu" not in bp.params[0] and not iglu_np.get("relu").param_names
@@ -72,7 +76,7 @@ def test_inputs_are_deterministic_and_in_domain():
     n = 1 << 20
     big = _common.make_x(act, "float64", 2 * n + 5)
     assert np.array_equal(big[:n], _common.make_x(act, "float64", n))
-    assert np.array_equal(big[n:2 * n], big[:n]) and np.array_equal(big[2 * n:], big[:5])
+    assert np.array_equal(big[n : 2 * n], big[:n]) and np.array_equal(big[2 * n :], big[:5])
 
 
 def test_gpu_backends_skip_cleanly_without_gpu():
@@ -85,10 +89,12 @@ def test_gpu_backends_skip_cleanly_without_gpu():
 
 
 def test_gpu_twins_mirror_the_cpu_benchmarks():
-    twins = {bench_activations.ForwardGPU: bench_activations.Forward,
-             bench_activations.BackwardGPU: bench_activations.Backward,
-             bench_activations.DxGPU: bench_activations.Dx,
-             bench_activations.BackwardParamsGPU: bench_activations.BackwardParams}
+    twins = {
+        bench_activations.ForwardGPU: bench_activations.Forward,
+        bench_activations.BackwardGPU: bench_activations.Backward,
+        bench_activations.DxGPU: bench_activations.Dx,
+        bench_activations.BackwardParamsGPU: bench_activations.BackwardParams,
+    }
     for twin, cls in twins.items():
         assert issubclass(twin, cls) and twin.__name__ == cls.__name__ + "GPU"
         assert twin.params[:-1] == cls.params[:-1]
@@ -127,8 +133,10 @@ def test_unknown_activation_is_an_asv_skip():
 
 
 def test_throughput_and_overhead_benchmarks_run():
-    for cls, meth in ((bench_activations.Forward, "time_forward"),
-                      (bench_activations.Backward, "time_backward")):
+    for cls, meth in (
+        (bench_activations.Forward, "time_forward"),
+        (bench_activations.Backward, "time_backward"),
+    ):
         b = cls()
         b.setup(ACT, "float64", 10_000, "cpu")
         getattr(b, meth)(ACT, "float64", 10_000, "cpu")
@@ -215,6 +223,7 @@ def test_setup_warms_past_the_tiered_dispatch(monkeypatch):
         def counted():
             calls[0] += 1
             return fn()
+
         return real(counted, *a, **k)
 
     monkeypatch.setattr(bench_activations, "warm_up", counting)

@@ -1,6 +1,7 @@
 """Activation.backward_all: grad_x and the parameter gradients from one read of x and
 grad_out, equal to backward() and backward_params() (the CPU's fused loop uses the same
 per-element values and block sums, so bit for bit)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,12 @@ WITH_PARAMS = sorted(n for n, s in REGISTRY.items() if s.params)
 # whose loops the tests below compile too) and one with two parameters (hardtanh), one
 # dtype each: each case compiles an activation's fused and two-pass loops, one-thread and
 # threaded, on a cold cache (softplus's: 20 s a dtype, xielu's over 30 s); the rest are slow.
-REPRESENTATIVE = {("iglu", "float32"), ("iglu", "float64"), ("gelu_a", "float32"),
-                  ("hardtanh", "float64")}
+REPRESENTATIVE = {
+    ("iglu", "float32"),
+    ("iglu", "float64"),
+    ("gelu_a", "float32"),
+    ("hardtanh", "float64"),
+}
 
 
 def _same(a, b):
@@ -23,9 +28,14 @@ def _same(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
-@pytest.mark.parametrize("name,dtype", [
-    (n, d) if (n, d) in REPRESENTATIVE else pytest.param(n, d, marks=pytest.mark.slow)
-    for n in WITH_PARAMS for d in ("float32", "float64")])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [
+        (n, d) if (n, d) in REPRESENTATIVE else pytest.param(n, d, marks=pytest.mark.slow)
+        for n in WITH_PARAMS
+        for d in ("float32", "float64")
+    ],
+)
 def test_backward_all_equals_two_passes(name, dtype):
     act = iglu_np.get(name)
     rng = np.random.default_rng(7)
@@ -75,24 +85,30 @@ def test_two_passes_read_every_operand_before_out_is_written(monkeypatch):
     order = []
     real_run, real_bp = backends.run, backends.backward_params
     monkeypatch.setattr(backends, "run", lambda *a, **k: order.append("bwd") or real_run(*a, **k))
-    monkeypatch.setattr(backends, "backward_params", lambda *a, **k: order.append("params") or real_bp(*a, **k))
+    monkeypatch.setattr(
+        backends, "backward_params", lambda *a, **k: order.append("params") or real_bp(*a, **k)
+    )
     x = np.linspace(-3, 3, 64)
     g = np.cos(x)
     want = iglu_np.iglu.backward_params(x, g, sigma=1.5)["sigma"]
     out = g.copy()
-    gx, gp = backends.backward_all(iglu_np.iglu._p, (memoryview(x), memoryview(out)), {"sigma": 1.5}, out)
+    gx, gp = backends.backward_all(
+        iglu_np.iglu._p, (memoryview(x), memoryview(out)), {"sigma": 1.5}, out
+    )
     assert order == ["params", "bwd"]
     np.testing.assert_allclose(gp["sigma"], want, rtol=1e-12)
     np.testing.assert_array_equal(gx, iglu_np.iglu.backward(x, g, sigma=1.5))
 
 
-BULK_PARAMS = sorted(n for n, s in REGISTRY.items()
-                     if s.params and set(s.param_names) <= set(s.bulk))
+BULK_PARAMS = sorted(
+    n for n, s in REGISTRY.items() if s.params and set(s.param_names) <= set(s.bulk)
+)
 
 
 # One activation by default (each compiles its reductions on a cold cache), all with -m slow.
-@pytest.mark.parametrize("name", [n if n == "gelu_a" else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in BULK_PARAMS])
+@pytest.mark.parametrize(
+    "name", [n if n == "gelu_a" else pytest.param(n, marks=pytest.mark.slow) for n in BULK_PARAMS]
+)
 def test_reductions_mend_elements_outside_the_bulk_domain(name):
     """The reductions run the bulk kernels and recompute the elements outside their
     domain with the exact ones (one by one, per DOMAIN_CHUNK): here far tails and infinities
@@ -142,8 +158,13 @@ def test_strided_and_broadcast_operands_take_the_reductions(name, monkeypatch):
     for dt in (np.float32, np.float64):
         X = (rng.standard_normal((64, 200)) * 3).astype(dt)
         G = rng.standard_normal((64, 200)).astype(dt)
-        cases = [(X[:, ::2], G[:, ::2]), (X[::-1, ::-1], G[::-1, ::-1]),
-                 (X, np.asfortranarray(G)), (X, G[:1]), (X[:, ::2], np.asarray(G[0, 0]))]
+        cases = [
+            (X[:, ::2], G[:, ::2]),
+            (X[::-1, ::-1], G[::-1, ::-1]),
+            (X, np.asfortranarray(G)),
+            (X, G[:1]),
+            (X[:, ::2], np.asarray(G[0, 0])),
+        ]
         for x, g in cases:
             xr = np.copy(x, order="K")
             gr = np.empty_like(xr)
@@ -151,8 +172,10 @@ def test_strided_and_broadcast_operands_take_the_reductions(name, monkeypatch):
             want = act.backward_params(xr, gr)
             want_x = act.backward(xr, gr)
             with monkeypatch.context() as m:
+
                 def boom(*a, **k):
                     raise AssertionError("took the ufunc path")
+
                 m.setattr(cpu_backend, "_call_ufunc", boom)
                 got = act.backward_params(x, g)
                 gx, gp = act.backward_all(x, g)

@@ -1,6 +1,7 @@
 """The bench reports without a GPU: ``--device gpu`` exits 2 with a clear message; the
 report's table from synthetic data (the measurement itself needs a GPU: tests marked gpu
 and the device runs)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,18 +19,35 @@ def test_without_cupy_or_gpu_the_cli_says_why():
         pytest.skip("cupy is installed: the GPU path is exercised by the gpu tests")
     except ImportError:
         pass
-    r = subprocess.run([sys.executable, "-m", "iglu_np.cli", "bench", "--device", "gpu", "iglu"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "iglu_np.cli", "bench", "--device", "gpu", "iglu"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "needs cupy" in r.stderr and ".[cuda12]" in r.stderr
 
 
 def test_markdown_ratios_to_the_limits():
-    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": None, "jax": None,
-            "size": 1024, "rows": [
-                {"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.2, "bwd_ms": 0.3},
-                {"dtype": "float32", "name": "iglu", "fwd_ms": 0.22, "bwd_ms": 0.33, "torch_fwd_ms": 0.4},
-            ], "small": {"iglu_us": 12.0, "cupy_negative_us": 10.0}}
+    data = {
+        "device": "Test GPU",
+        "cupy": "14",
+        "numba_cuda": "n/a",
+        "torch": None,
+        "jax": None,
+        "size": 1024,
+        "rows": [
+            {"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.2, "bwd_ms": 0.3},
+            {
+                "dtype": "float32",
+                "name": "iglu",
+                "fwd_ms": 0.22,
+                "bwd_ms": 0.33,
+                "torch_fwd_ms": 0.4,
+            },
+        ],
+        "small": {"iglu_us": 12.0, "cupy_negative_us": 10.0},
+    }
     md = bench_gpu.markdown(data)
     assert "| float32 | iglu | 0.220 (1.10x) | 0.330 (1.10x) | 0.400 (2.00x) |" in md
     assert "| float32 | (copy limit) | 0.200 | 0.300 |  |" in md
@@ -40,8 +58,17 @@ def _per_call_rows():
     rows = []
     for n, neg in ((1024, 8.0), (65536, 9.0)):
         rows.append({"n": n, "name": "(cupy.negative)", "ours_us": neg, "ours_out_us": neg - 1})
-        rows.append({"n": n, "name": "gelu", "ours_us": 12.0, "ours_out_us": 10.5, "torch_us": 10.0,
-                     "jax_us": 24.0, "ours_torch_us": 40.0})
+        rows.append(
+            {
+                "n": n,
+                "name": "gelu",
+                "ours_us": 12.0,
+                "ours_out_us": 10.5,
+                "torch_us": 10.0,
+                "jax_us": 24.0,
+                "ours_torch_us": 40.0,
+            }
+        )
         rows.append({"n": n, "name": "iglu", "ours_us": 11.0, "ours_out_us": 10.0})
     return rows
 
@@ -49,12 +76,22 @@ def _per_call_rows():
 def test_per_call_table_compares_like_with_like():
     md = bench_gpu.per_call_markdown(_per_call_rows(), numba_iglu_us=77.0)
     # a new result against cupy.negative(x), out= against cupy.negative(x, out=o)
-    assert "| 1,024 | gelu | 12.0 | 10.5 | 1.50x | 1.50x | 10.0 | 1.20x | 24.0 | 0.50x | 40.0 |" in md
+    assert (
+        "| 1,024 | gelu | 12.0 | 10.5 | 1.50x | 1.50x | 10.0 | 1.20x | 24.0 | 0.50x | 40.0 |" in md
+    )
     assert "| 65,536 | iglu | 11.0 | 10.0 | 1.22x | 1.25x |  |  |  |  |  |" in md
     assert "| 1,024 | (cupy.negative) | 8.0 | 7.0 |  |  |" in md
     assert "77.0 us per call" in md
-    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": "2", "jax": None,
-            "size": 1024, "rows": [], "per_call": _per_call_rows()}
+    data = {
+        "device": "Test GPU",
+        "cupy": "14",
+        "numba_cuda": "n/a",
+        "torch": "2",
+        "jax": None,
+        "size": 1024,
+        "rows": [],
+        "per_call": _per_call_rows(),
+    }
     assert "| 65,536 | gelu |" in bench_gpu.markdown(data)
 
 
@@ -72,8 +109,13 @@ def test_per_call_times_our_calls_and_cupy_negative(monkeypatch):
     monkeypatch.setattr(cb, "_prepare", lambda *a, **k: general.append(1) or orig(*a, **k))
     rows = bench_gpu.per_call(fc, sizes=(1024, 65536), names=("iglu", "silu"), calls=3)
     assert [(r["n"], r["name"]) for r in rows] == [
-        (1024, "(cupy.negative)"), (1024, "iglu"), (1024, "silu"),
-        (65536, "(cupy.negative)"), (65536, "iglu"), (65536, "silu")]
+        (1024, "(cupy.negative)"),
+        (1024, "iglu"),
+        (1024, "silu"),
+        (65536, "(cupy.negative)"),
+        (65536, "iglu"),
+        (65536, "silu"),
+    ]
     assert all(r["ours_us"] > 0 and r["ours_out_us"] > 0 for r in rows)
     assert not any("torch_us" in r or "jax_us" in r for r in rows)
     # the first call on a CuPy array notes the thin path; every later one takes it
@@ -89,7 +131,11 @@ def test_gpu_bench_runs_on_a_gpu():
     assert names[:2] == ["(copy limit)", "(cupy.negative)"] and "iglu" in names
     assert all(r["fwd_ms"] > 0 for r in data["rows"])
     pc = data["per_call"]
-    assert {(r["n"], r["name"]) for r in pc} >= {(1024, "gelu"), (65536, "silu"), (1024, "(cupy.negative)")}
+    assert {(r["n"], r["name"]) for r in pc} >= {
+        (1024, "gelu"),
+        (65536, "silu"),
+        (1024, "(cupy.negative)"),
+    }
     assert all(r["ours_us"] > 0 for r in pc)
     assert "| 65,536 | silu |" in bench_gpu.markdown(data)
 
@@ -97,9 +143,20 @@ def test_gpu_bench_runs_on_a_gpu():
 def test_cpu_bench_says_when_the_machine_is_not_quiet():
     from iglu_np.cli import bench
 
-    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [{"dtype": "float32", "n": 10**6}],
-            "rows": [{"activation": "identity", "pass": "fwd", "dtype": "float32", "n": 10**6,
-                      "rel_limit": 1.05}], "spread": 1.1}
+    data = {
+        "machine": {"cores": 2, "load_before": 0.2},
+        "limits": [{"dtype": "float32", "n": 10**6}],
+        "rows": [
+            {
+                "activation": "identity",
+                "pass": "fwd",
+                "dtype": "float32",
+                "n": 10**6,
+                "rel_limit": 1.05,
+            }
+        ],
+        "spread": 1.1,
+    }
     assert bench.quiet_check(data)["quiet"]
     data["rows"][0]["rel_limit"] = 3.0
     data["spread"] = 2.5
@@ -113,8 +170,13 @@ def test_cpu_bench_says_when_the_guard_sent_kernels_to_one_thread():
     # threaded figures that include one-thread calls describe the machine's load
     from iglu_np.cli import bench
 
-    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [], "rows": [], "spread": 1.1,
-            "guard_trips": 0}
+    data = {
+        "machine": {"cores": 2, "load_before": 0.2},
+        "limits": [],
+        "rows": [],
+        "spread": 1.1,
+        "guard_trips": 0,
+    }
     assert bench.quiet_check(data)["quiet"]
     data["guard_trips"] = 3
     q = bench.quiet_check(data)
@@ -134,10 +196,27 @@ def test_the_gpu_backward_limit_kernel_compiles(nvrtc):
 def test_cpu_bench_flags_cpu_speed_and_memory_drift_during_the_run():
     from iglu_np.cli import bench
 
-    lim = {"dtype": "float64", "n": 10**6, "copy_runs": [1.0, 1.1], "two_in_one_out_runs": [2.0, 2.1]}
-    data = {"machine": {"cores": 2, "load_before": 0.2}, "limits": [lim],
-            "rows": [{"activation": "identity", "pass": "fwd", "dtype": "float64", "n": 10**6,
-                      "rel_limit": 1.0}], "spread": 1.1, "canary": [1.0, 1.05, 1.1]}
+    lim = {
+        "dtype": "float64",
+        "n": 10**6,
+        "copy_runs": [1.0, 1.1],
+        "two_in_one_out_runs": [2.0, 2.1],
+    }
+    data = {
+        "machine": {"cores": 2, "load_before": 0.2},
+        "limits": [lim],
+        "rows": [
+            {
+                "activation": "identity",
+                "pass": "fwd",
+                "dtype": "float64",
+                "n": 10**6,
+                "rel_limit": 1.0,
+            }
+        ],
+        "spread": 1.1,
+        "canary": [1.0, 1.05, 1.1],
+    }
     q = bench.quiet_check(data)
     assert q["quiet"] and abs(q["canary"] - 1.1) < 1e-12 and abs(q["drift"] - 1.1) < 1e-12
     data["canary"].append(1.7)  # a neighbour took the CPU for part of the run

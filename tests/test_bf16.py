@@ -5,6 +5,7 @@ rounded by ml_dtypes (``f(x.astype(float32)).astype(bfloat16)``), through the lo
 (contiguous, at least ``MIN_SIZE`` elements) and through numpy's casts (other layouts,
 small arrays); parameter gradients stay float32. Every one of the 65,536 bfloat16 inputs
 is within 1 bfloat16 ulp of the exact value (mpmath-anchored, see :func:`_ulps`)."""
+
 import math
 
 import numpy as np
@@ -16,7 +17,8 @@ from iglu_np.backends.cpu import tiers
 from . import accuracy as acc
 
 ml_dtypes = pytest.importorskip(
-    "ml_dtypes", reason="bfloat16 needs ml_dtypes (pip install 'iglu-np[bf16]')")
+    "ml_dtypes", reason="bfloat16 needs ml_dtypes (pip install 'iglu-np[bf16]')"
+)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FI = ml_dtypes.finfo(BF16)
 ALL = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(BF16)  # every bit pattern
@@ -51,10 +53,17 @@ def sample(n, seed=0):
 # The bfloat16 loops are one template around each activation's float32 loops: by default
 # leaky_relu's (a parameter, quick to compile; test_bf16_out_and_layouts compiles them
 # too), gelu's and elu's (7 and 15 s on a cold cache) with -m slow.
-@pytest.mark.parametrize("name,n", [("gelu", 100), ("elu", 100), ("leaky_relu", 5000),
-                                    pytest.param("gelu", 5000, marks=pytest.mark.slow),
-                                    pytest.param("elu", 5000, marks=pytest.mark.slow)],
-                         ids=["gelu-ufunc", "elu-ufunc", "leaky_relu-loops", "gelu-loops", "elu-loops"])
+@pytest.mark.parametrize(
+    "name,n",
+    [
+        ("gelu", 100),
+        ("elu", 100),
+        ("leaky_relu", 5000),
+        pytest.param("gelu", 5000, marks=pytest.mark.slow),
+        pytest.param("elu", 5000, marks=pytest.mark.slow),
+    ],
+    ids=["gelu-ufunc", "elu-ufunc", "leaky_relu-loops", "gelu-loops", "elu-loops"],
+)
 def test_bf16_entries_round_the_float32_result_once(name, n):
     f = iglu_np.ACTIVATIONS[name]
     x, g = sample(n), sample(n, seed=1)
@@ -105,8 +114,10 @@ def test_bf16_out_and_layouts(n):
         assert_bits(o32, f(x32))
         # a broadcast grad_out (one row)
         assert_bits(f.backward(x, g[:1]), rounded(f.backward(x32, g32[:1])))
-        assert_bits(f.backward_params(x, g[:1])["negative_slope"],
-                    f.backward_params(x32, g32[:1])["negative_slope"])
+        assert_bits(
+            f.backward_params(x, g[:1])["negative_slope"],
+            f.backward_params(x32, g32[:1])["negative_slope"],
+        )
         assert_bits(f.backward_all(x, g[:1])[0], rounded(f.backward(x32, g32[:1])))
         # a Python float grad_out is weak: bfloat16 stays bfloat16
         assert_bits(f.backward(x, 2.0), rounded(f.backward(x32, 2.0)))
@@ -158,8 +169,9 @@ def test_bf16_threaded_loops_match_one_thread():
         "print('ok')\n"
     )
     env = dict(os.environ, NUMBA_NUM_THREADS="2")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "ok"
 
@@ -170,8 +182,18 @@ def test_bf16_rounding_matches_ml_dtypes():
 
     rng = np.random.default_rng(2)
     u = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
-    u[:10] = [0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0xFFFFFFFF, 0x7F7FFFFF, 0xFF7FFFFF,
-              0x00008000, 0x00018000, 0x00008001, 0x3F808000]
+    u[:10] = [
+        0x7F800001,
+        0xFFC12345,
+        0x7FFFFFFF,
+        0xFFFFFFFF,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x00008000,
+        0x00018000,
+        0x00008001,
+        0x3F808000,
+    ]
     got = np.empty(u.size, np.uint16)
     cpu_fast.converter("narrow", False)(u, got)
     np.testing.assert_array_equal(got, rounded(u.view(np.float32)).view(np.uint16))
@@ -232,7 +254,8 @@ def _check_all_inputs(name, kind):
         worst = int(np.argmax(e))
         assert e[worst] <= 1.0, (
             f"{name}.{kind} bfloat16: {e[worst]:.3g} ulp at x={float(ALL[sus[worst]])!r} "
-            f"(got {float(got[sus[worst]])!r}, {sus.size} points checked with mpmath)")
+            f"(got {float(got[sus[worst]])!r}, {sus.size} points checked with mpmath)"
+        )
 
 
 @pytest.fixture

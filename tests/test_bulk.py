@@ -3,6 +3,7 @@ through them when every element is in the domain. They must give the exact kerne
 bits there (the ufuncs and the Numba CUDA kernels run the exact ones; the CuPy C++ takes
 the bulk per element, checked by the host-compiled C++ in test_gpu_cxx), and a block with
 any element outside must give the exact answer, in place too."""
+
 import functools
 
 import numba
@@ -11,8 +12,8 @@ import pytest
 
 import iglu_np
 from iglu_np import backends
-from iglu_np.backends.cpu import ufuncs as cpu
 from iglu_np.backends.cpu import loops as cpu_fast
+from iglu_np.backends.cpu import ufuncs as cpu
 
 from . import accuracy as acc
 from .test_fast_path import _same, fast_path_at_every_size  # noqa: F401 (autouse)
@@ -29,8 +30,10 @@ def test_some_activations_have_bulk_kernels():
 
 
 # Bulk domains left empty for a dtype on purpose (the fast path then runs the exact loop).
-EMPTY = {("xielu", "float64"): "float64 xIELU's derivative takes a double-word root form "
-                                "across 2 x0 <= x <= x0/2: a bulk kernel would need it too"}
+EMPTY = {
+    ("xielu", "float64"): "float64 xIELU's derivative takes a double-word root form "
+    "across 2 x0 <= x <= x0/2: a bulk kernel would need it too"
+}
 
 
 @functools.lru_cache(maxsize=None)  # the parameters are arguments: compile each kernel once
@@ -87,9 +90,12 @@ def test_bulk_kernels_equal_exact_in_domain(name, dtype):
 TAIL_DEFAULT = {"gelu", "xielu", "swish"}
 
 
-@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)], ids=IDS)
-@pytest.mark.parametrize("name", [n if n in TAIL_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in BULK])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)], ids=IDS
+)
+@pytest.mark.parametrize(
+    "name", [n if n in TAIL_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in BULK]
+)
 def test_fast_path_with_tail_elements_in_some_blocks(name, dtype):
     act = iglu_np.get(name)
     spec = act.spec
@@ -154,9 +160,23 @@ def test_log1p_unit_is_within_0_65_ulp(dtype):
     f = _ufunc(cpu._rebinder()(_math.log1p_unit), 1, dtype)
     fi = np.finfo(dtype)
     rng = np.random.default_rng(3)
-    x = np.concatenate([np.geomspace(fi.smallest_subnormal, 1.0, 3000), rng.random(3000),
-                        [0.0, 1.0, 2.0**-60, 2.0**-59, 1 / 3, 0.9621459, 0.9858711779843162,
-                         0.94472706, 0.9841174358173821]])  # the worst found: 0.58 / 0.61 ulp
+    x = np.concatenate(
+        [
+            np.geomspace(fi.smallest_subnormal, 1.0, 3000),
+            rng.random(3000),
+            [
+                0.0,
+                1.0,
+                2.0**-60,
+                2.0**-59,
+                1 / 3,
+                0.9621459,
+                0.9858711779843162,
+                0.94472706,
+                0.9841174358173821,
+            ],
+        ]
+    )  # the worst found: 0.58 / 0.61 ulp
     x = x.astype(dtype)
     y = f(x)
     with mp.workdps(40):
@@ -167,6 +187,7 @@ def test_log1p_unit_is_within_0_65_ulp(dtype):
     _same(y[tiny], x[tiny])
     with np.errstate(invalid="ignore"):
         assert np.isnan(f(np.array([np.nan], dtype)))[0]
+
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 def test_exp_expm1_neg_gives_exp_and_expm1_bits(dtype):
@@ -184,8 +205,15 @@ def test_exp_expm1_neg_gives_exp_and_expm1_bits(dtype):
     clamp = -20.0 if dtype == np.float32 else -41.6
     c = np.asarray(clamp, dtype)
     near = [np.nextafter(c, -np.inf), c, np.nextafter(c, 0)]
-    x = np.concatenate([np.linspace(lo, 0.0, 300_001), -np.geomspace(fi.tiny, 50.0, 100_001),
-                        np.linspace(clamp - 1, clamp + 1, 10_001), near, [0.0, -0.0, lo]]).astype(dtype)
+    x = np.concatenate(
+        [
+            np.linspace(lo, 0.0, 300_001),
+            -np.geomspace(fi.tiny, 50.0, 100_001),
+            np.linspace(clamp - 1, clamp + 1, 10_001),
+            near,
+            [0.0, -0.0, lo],
+        ]
+    ).astype(dtype)
     e, m = np.empty_like(x), np.empty_like(x)
     both(x, e, m)
     _same(e, _ufunc(_vmath.exp, 1, dtype)(x))

@@ -2,6 +2,7 @@
 and ``iglu-np info`` say where it is and how big, ``iglu-np cache --clear`` empties it.
 A cache built by warmup and then read read-only (another user, an image layer) is used
 as it is: no compile, no warning."""
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,20 @@ def _env(cache, home):
 
 def _cli(env, *argv, wrap=None):
     cmd = [sys.executable, "-m", "iglu_np", *argv]
-    return subprocess.run(wrap(cmd) if wrap else cmd, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        wrap(cmd) if wrap else cmd, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 # Every call a user makes after warmup: large ones on all threads, backward_all, then
 # small calls past the ufunc tier (the loop then loads); counted compiles must be 0.
-USER = textwrap.dedent("""
+USER = (
+    textwrap.dedent("""
     import json, warnings
     import numpy as np
-""") + COUNT_COMPILES + textwrap.dedent("""
+""")
+    + COUNT_COMPILES
+    + textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import iglu_np
@@ -50,6 +55,7 @@ USER = textwrap.dedent("""
     print(json.dumps({"compiles": n[0], "warnings": [str(w.message) for w in caught],
                       "small_calls_reach_the_loop": loop}))
 """)
+)
 
 
 def test_warmup_builds_a_cache_that_a_read_only_reader_uses(tmp_path):
@@ -62,8 +68,13 @@ def test_warmup_builds_a_cache_that_a_read_only_reader_uses(tmp_path):
     ro = _read_only_runner(tmp_path, cache)
     try:
         cmd = [sys.executable, "-c", USER]
-        u = subprocess.run(ro(cmd), env=_env(cache, tmp_path / "reader"), capture_output=True,
-                           text=True, timeout=600)
+        u = subprocess.run(
+            ro(cmd),
+            env=_env(cache, tmp_path / "reader"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert u.returncode == 0, u.stderr[-3000:]
         got = json.loads(u.stdout.strip().splitlines()[-1])
         assert got == {"compiles": 0, "warnings": [], "small_calls_reach_the_loop": True}
@@ -82,8 +93,13 @@ def test_warmup_rejects_an_unknown_activation(tmp_path):
 def test_cache_command_and_info_say_where_the_cache_is_and_clear_it(tmp_path):
     cache = tmp_path / "cache"
     env = _env(cache, tmp_path / "home")
-    r = subprocess.run([sys.executable, "-c", "import numpy as np, iglu_np; iglu_np.relu(np.ones(3))"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", "import numpy as np, iglu_np; iglu_np.relu(np.ones(3))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads(_cli(env, "cache", "--json").stdout)
     assert d["directory"] == str(cache) and d["files"] > 0 and d["bytes"] > 0
@@ -91,7 +107,11 @@ def test_cache_command_and_info_say_where_the_cache_is_and_clear_it(tmp_path):
     text = _cli(env, "cache").stdout
     assert str(cache) in text and "MiB" in text and "iglu-np cache --clear" in text
     info = _cli(env, "info")
-    assert info.returncode == 0 and str(cache) in info.stdout and "iglu-np cache --clear" in info.stdout
+    assert (
+        info.returncode == 0
+        and str(cache) in info.stdout
+        and "iglu-np cache --clear" in info.stdout
+    )
     assert json.loads(_cli(env, "info", "--json").stdout)["cache"]["directory"] == str(cache)
     cleared = _cli(env, "cache", "--clear")
     assert cleared.returncode == 0 and f"deleted {d['files']} files" in cleared.stdout

@@ -2,6 +2,7 @@
 a process pool; a cold cache) leave Numba's on-disk index consistent: each signature names
 its own machine code. Each child widens Numba's read-modify-write of the index to 2 s, so
 without the lock (cpu_fast._serialised_saves) both take data file 1 every time."""
+
 import os
 import subprocess
 import sys
@@ -47,14 +48,18 @@ CHECK = textwrap.dedent("""
 
 def _run(tmp_path, mode):
     env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / mode))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, dt, mode], env=env,
-                              stderr=subprocess.PIPE, text=True)
-             for dt in ("float32", "float64")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, dt, mode], env=env, stderr=subprocess.PIPE, text=True
+        )
+        for dt in ("float32", "float64")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split(None, 2)
 

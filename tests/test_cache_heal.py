@@ -3,6 +3,7 @@ killed writer or a copied image leaves) is applied to a cache built by one proce
 next process must compute the same bits with at most one CacheWarning naming the
 directory, and leave the entry rebuilt (the process after it neither warns nor
 compiles). A cache on a read-only file system is read without compiling or warning."""
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,13 @@ from .compile_counter import COUNT_COMPILES
 # The child computes relu through its ufunc (small arrays, both dtypes) and through the
 # single-thread loop (10,000 elements), and counts Numba compiles (each compile_extra,
 # the entry point of every compile; a cache hit never reaches it).
-CHILD = textwrap.dedent("""
+CHILD = (
+    textwrap.dedent("""
     import hashlib, json, sys, warnings
     import numpy as np
-""") + COUNT_COMPILES + textwrap.dedent("""
+""")
+    + COUNT_COMPILES
+    + textwrap.dedent("""
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as caught:
         import iglu_np
@@ -40,6 +44,7 @@ CHILD = textwrap.dedent("""
         "warnings": [(type(w.message).__name__, str(w.message)) for w in caught],
     }))
 """)
+)
 
 
 def _env(cache, home):
@@ -74,8 +79,12 @@ def clean(tmp_path_factory):
 
 def _files(cache: Path, what: str) -> list:
     d = cache / "cpu"
-    pat = {"nbi": "__pycache__/*relu_*.nbi", "nbc": "__pycache__/*relu_*.nbc", "py": "*relu_*.py",
-           "ufunc": "relu_*.ufunc"}[what]
+    pat = {
+        "nbi": "__pycache__/*relu_*.nbi",
+        "nbc": "__pycache__/*relu_*.nbc",
+        "py": "*relu_*.py",
+        "ufunc": "relu_*.ufunc",
+    }[what]
     files = sorted(d.glob(pat))
     assert files, f"no {what} file of relu in {d}"
     return files
@@ -95,23 +104,38 @@ DAMAGE = {
     "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
     "emptied": lambda p: p.write_bytes(b""),
     "one byte flipped": lambda p: p.write_bytes(
-        (lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0xFF]) + b[len(b) // 2 + 1:])(p.read_bytes())),
+        (lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0xFF]) + b[len(b) // 2 + 1 :])(
+            p.read_bytes()
+        )
+    ),
 }
 # another Numba / llvmlite wrote it: the version stamp at the head of the index differs
 OTHER_VERSION = {
-    "another numba": lambda p: _rewrite_index(p, version=lambda v: "0.58.1" + v[v.index(" "):]),
-    "another llvmlite": lambda p: _rewrite_index(p, version=lambda v: v.replace("llvmlite ", "llvmlite 0.41.0+")),
+    "another numba": lambda p: _rewrite_index(p, version=lambda v: "0.58.1" + v[v.index(" ") :]),
+    "another llvmlite": lambda p: _rewrite_index(
+        p, version=lambda v: v.replace("llvmlite ", "llvmlite 0.41.0+")
+    ),
     "another source stamp": lambda p: _rewrite_index(p, stamp=b"\0" * 32),
 }
-QUICK = {("nbi", "garbled"), ("nbc", "truncated"), ("py", "garbled"), ("ufunc", "one byte flipped"),
-         ("nbi", "another llvmlite")}
+QUICK = {
+    ("nbi", "garbled"),
+    ("nbc", "truncated"),
+    ("py", "garbled"),
+    ("ufunc", "one byte flipped"),
+    ("nbi", "another llvmlite"),
+}
 # nbi/nbc: Numba's index and data files; py: the generated module; ufunc: a ufunc's loop
 # objects (iglu_np.backends.cpu._direct)
-CASES = [pytest.param(w, h, marks=() if (w, h) in QUICK else pytest.mark.slow, id=f"{w}-{h}")
-         for w in ("nbi", "nbc", "py", "ufunc") for h in DAMAGE
-         if not (w == "py" and h == "one byte flipped")]
-CASES += [pytest.param("nbi", h, marks=() if ("nbi", h) in QUICK else pytest.mark.slow, id=f"nbi-{h}")
-          for h in OTHER_VERSION]
+CASES = [
+    pytest.param(w, h, marks=() if (w, h) in QUICK else pytest.mark.slow, id=f"{w}-{h}")
+    for w in ("nbi", "nbc", "py", "ufunc")
+    for h in DAMAGE
+    if not (w == "py" and h == "one byte flipped")
+]
+CASES += [
+    pytest.param("nbi", h, marks=() if ("nbi", h) in QUICK else pytest.mark.slow, id=f"nbi-{h}")
+    for h in OTHER_VERSION
+]
 
 
 @pytest.mark.parametrize("what,how", CASES)
@@ -145,13 +169,31 @@ def _read_only_runner(tmp_path, d: Path):
         return lambda cmd: cmd
     if shutil.which("unshare") is None:
         pytest.skip("running as root without unshare(1): no way to make a directory read-only")
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind '{d}' '{d}' && mount -o "
-                            f"remount,ro,bind '{d}' && ! touch '{d}/probe' 2>/dev/null"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount --bind '{d}' '{d}' && mount -o "
+            f"remount,ro,bind '{d}' && ! touch '{d}/probe' 2>/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
-        pytest.skip(f"cannot mount read-only here (unshare -m, mount --bind): {probe.stderr.strip()}")
-    return lambda cmd: ["unshare", "-m", "sh", "-c", f"mount --bind '{d}' '{d}' && mount -o "
-                        f"remount,ro,bind '{d}' && exec \"$@\"", "sh", *cmd]
+        pytest.skip(
+            f"cannot mount read-only here (unshare -m, mount --bind): {probe.stderr.strip()}"
+        )
+    return lambda cmd: [
+        "unshare",
+        "-m",
+        "sh",
+        "-c",
+        f"mount --bind '{d}' '{d}' && mount -o remount,ro,bind '{d}' && exec \"$@\"",
+        "sh",
+        *cmd,
+    ]
 
 
 def _writable_again(d: Path):
@@ -182,11 +224,17 @@ def test_an_unusable_cache_dir_falls_back(tmp_path):
     """IGLU_NP_CACHE_DIR under a regular file: the next candidate directory, silently."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code = ("import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import ufuncs as cpu\n"
-            "iglu_np.relu(np.ones(3))\nprint(cpu._gen_dir())")
-    r = subprocess.run([sys.executable, "-W", "error", "-c", code],
-                       env=_env(blocker / "cache", tmp_path / "home"),
-                       capture_output=True, text=True, timeout=600)
+    code = (
+        "import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import ufuncs as cpu\n"
+        "iglu_np.relu(np.ones(3))\nprint(cpu._gen_dir())"
+    )
+    r = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        env=_env(blocker / "cache", tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == str(tmp_path / "home" / ".cache" / "iglu_np" / "cpu")
 
@@ -196,14 +244,20 @@ def test_the_first_small_call_loads_the_ufunc_without_numba(clean, tmp_path):
     cached machine code without importing Numba (the 0.6 s of a Numba cache load), with
     the same bits as Numba's own build of it (IGLU_NP_DIRECT_LOAD=0)."""
     src, home, _ = clean
-    code = ("import hashlib, sys, numpy as np, iglu_np\n"
-            "r = [iglu_np.relu(np.linspace(-5, 5, 101).astype(t)) for t in (np.float32, np.float64)]\n"
-            "print(hashlib.sha256(b''.join(a.tobytes() for a in r)).hexdigest(), 'numba' in sys.modules)")
+    code = (
+        "import hashlib, sys, numpy as np, iglu_np\n"
+        "r = [iglu_np.relu(np.linspace(-5, 5, 101).astype(t)) for t in (np.float32, np.float64)]\n"
+        "print(hashlib.sha256(b''.join(a.tobytes() for a in r)).hexdigest(), 'numba' in sys.modules)"
+    )
     got = {}
     for direct in ("1", "0"):
-        r = subprocess.run([sys.executable, "-W", "error", "-c", code],
-                           env={**_env(src, home), "IGLU_NP_DIRECT_LOAD": direct},
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-W", "error", "-c", code],
+            env={**_env(src, home), "IGLU_NP_DIRECT_LOAD": direct},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         got[direct] = r.stdout.split()
     assert got["1"][1] == "False", "the first small call imported Numba"

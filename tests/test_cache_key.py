@@ -1,6 +1,7 @@
 """The on-disk kernel cache is keyed per activation (iglu_np.backends.cpu.ufuncs.kernel_hash):
 an edit to one activation's file recompiles that activation (and its family in the same
 file) alone; an edit to a helper recompiles the activations that use it."""
+
 from pathlib import Path
 
 import pytest
@@ -50,9 +51,17 @@ def test_editing_one_activation_file_changes_only_its_keys():
     # validation and the CPU backend's choices: no kernel recompiles
     from iglu_np.backends.cpu.loops import KEY_FILES as fast
 
-    for rel in ("_api.py", "cli/__init__.py", "nn/autodiff.py", "backends/cuda/numba_cuda/_run.py",
-                "backends/codegen/cxx.py", "backends/__init__.py", "_params.py",
-                "backends/cpu/backend.py", "backends/cpu/tiers.py"):
+    for rel in (
+        "_api.py",
+        "cli/__init__.py",
+        "nn/autodiff.py",
+        "backends/cuda/numba_cuda/_run.py",
+        "backends/codegen/cxx.py",
+        "backends/__init__.py",
+        "_params.py",
+        "backends/cpu/backend.py",
+        "backends/cpu/tiers.py",
+    ):
         assert not _changed(NAMES, _edited(rel)), rel
         assert not _changed(NAMES, _edited(rel), fast), rel
 
@@ -114,8 +123,16 @@ def test_kernels_without_a_source_file_are_keyed_on_their_code():
         ns = {"kernel": kernel, "math": __import__("math")}
         exec(compile(src, "<string>", "exec"), ns)
         a = iglu_np.get("relu").spec
-        return ActivationSpec(**{**a.__dict__, "name": "tmp", "f": ns["f"], "dx": ns["dx"],
-                                 "dparams": {}, "module": "__no_such_module__"})
+        return ActivationSpec(
+            **{
+                **a.__dict__,
+                "name": "tmp",
+                "f": ns["f"],
+                "dx": ns["dx"],
+                "dparams": {},
+                "module": "__no_such_module__",
+            }
+        )
 
     base = "@kernel\ndef f(x):\n    return x * {}\n@kernel\ndef dx(x):\n    return x * 0.0 + {}\n"
     k1 = cpu.kernel_hash(make(base.format(2.0, 2.0)), read=Path.read_bytes)
@@ -163,13 +180,20 @@ def test_a_new_key_prunes_the_stale_keys_of_its_module_only(tmp_path, monkeypatc
         return p
 
     h0, h1, h2 = "0" * 16, "1" * 16, "2" * 16
-    stale = [touch(f"relu_{h0}.py", old), touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.nbi", old),
-             touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.1.nbc", old)]
+    stale = [
+        touch(f"relu_{h0}.py", old),
+        touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.nbi", old),
+        touch(f"__pycache__/relu_{h0}.run_fwd-9.py311.1.nbc", old),
+    ]
     h3 = "3" * 16
-    kept = [touch(f"relu_{h1}.py", time.time()),  # another key, written recently
-            # one file of a key written recently keeps the whole key
-            touch(f"relu_{h3}.py", old), touch(f"__pycache__/relu_{h3}.f-1.nbi", time.time()),
-            touch(f"relu_a_{h0}.py", old), touch(f"fast_relu_{h0}.py", old)]  # other modules
+    kept = [
+        touch(f"relu_{h1}.py", time.time()),  # another key, written recently
+        # one file of a key written recently keeps the whole key
+        touch(f"relu_{h3}.py", old),
+        touch(f"__pycache__/relu_{h3}.f-1.nbi", time.time()),
+        touch(f"relu_a_{h0}.py", old),
+        touch(f"fast_relu_{h0}.py", old),
+    ]  # other modules
     path = cpu.write_generated("relu", h2, "src = 1\n")
     assert path.read_text() == "src = 1\n"
     assert not any(p.exists() for p in stale)
@@ -207,8 +231,13 @@ def test_serial_and_parallel_builds_do_not_share_a_cache_entry(tmp_path):
     env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path))
     env.pop("IGLU_NP_FAST_NOCACHE", None)
     for stage in ("serial", "parallel"):
-        r = subprocess.run([sys.executable, "-c", _SERIAL_THEN_PARALLEL, stage], env=env,
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", _SERIAL_THEN_PARALLEL, stage],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "PARFOR"
     idx = sorted(p.name for p in tmp_path.rglob("fast_relu_*run_fwd*.nbi"))

@@ -1,4 +1,5 @@
 """The command line as a new user meets it: --help texts, their speed, error messages."""
+
 import argparse
 import importlib
 import importlib.util
@@ -24,7 +25,8 @@ def _parsers():
         out.append((f"iglu-np {name}", p))
     for script in ("bench_vs_sklearn", "bench_vectorisation"):
         spec = importlib.util.spec_from_file_location(
-            f"_example_{script}", os.path.join(ROOT, "examples", f"{script}.py"))
+            f"_example_{script}", os.path.join(ROOT, "examples", f"{script}.py")
+        )
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         out.append((f"examples/{script}.py", mod.build_parser()))
@@ -43,14 +45,17 @@ def test_every_option_has_help_and_states_its_default(label, parser):
     assert "``" not in parser.format_help()
 
 
-@pytest.mark.parametrize("argv", [[], ["info"], ["bench"], ["train"], ["reproduce"], ["warmup"],
-                                  ["cache"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["info"], ["bench"], ["train"], ["reproduce"], ["warmup"], ["cache"]]
+)
 def test_help_is_plain_text_and_fast(argv):
     """--help imports no sub-command but the one asked about, and never Numba, scikit-learn,
     scipy or matplotlib (each of which costs a large part of a second)."""
-    code = ("import sys\nfrom iglu_np.cli import main\n"
-            f"try:\n    main({argv + ['--help']!r})\nexcept SystemExit:\n    pass\n"
-            f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])\n")
+    code = (
+        "import sys\nfrom iglu_np.cli import main\n"
+        f"try:\n    main({argv + ['--help']!r})\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout, r.stdout[-300:]
@@ -68,10 +73,13 @@ def test_top_level_help_lists_every_command(capsys):
 
 
 def test_plain_rewraps_and_keeps_examples():
-    doc = ("``iglu-np x``: does :func:`run`\nin two lines.\n\nExamples::\n\n"
-           "    iglu-np x --a 1\n    iglu-np x --b 2\n")
-    assert cli.plain(doc) == ("iglu-np x: does run in two lines.\n\nExamples:\n\n"
-                              "    iglu-np x --a 1\n    iglu-np x --b 2")
+    doc = (
+        "``iglu-np x``: does :func:`run`\nin two lines.\n\nExamples::\n\n"
+        "    iglu-np x --a 1\n    iglu-np x --b 2\n"
+    )
+    assert cli.plain(doc) == (
+        "iglu-np x: does run in two lines.\n\nExamples:\n\n    iglu-np x --a 1\n    iglu-np x --b 2"
+    )
 
 
 def test_unknown_activation_suggests_the_nearest(capsys):
@@ -86,8 +94,14 @@ def test_unknown_activation_suggests_the_nearest(capsys):
 
 
 def _fake_clf(curve, max_iter, stopped=False):
-    return types.SimpleNamespace(loss_curve_=curve, n_iter_=len(curve), max_iter=max_iter,
-                                 n_iter_no_change=10, tol=1e-4, _stopped=stopped)
+    return types.SimpleNamespace(
+        loss_curve_=curve,
+        n_iter_=len(curve),
+        max_iter=max_iter,
+        n_iter_no_change=10,
+        tol=1e-4,
+        _stopped=stopped,
+    )
 
 
 def test_train_says_when_it_stopped_at_the_epoch_limit_still_improving():

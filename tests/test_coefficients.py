@@ -3,6 +3,7 @@
 Re-deriving every table takes ~13 s of CPU (GELU_H64's least-squares refits alone ~7 s),
 so the full ``--check`` is marked slow; the default run re-derives every other table
 bit for bit (~1 s) and checks GELU_H64 against the function it fits."""
+
 import sys
 from pathlib import Path
 
@@ -81,7 +82,9 @@ def test_printed_fits_match_the_tables_quoted_by_hand(group, module):
 def test_check_names_the_table_that_differs(quick_tables, monkeypatch, tmp_path, capsys):
     # A derivation that agrees with the module on every value: only the edited one differs.
     text = Path(_coefficients.__file__).read_text()
-    sections = [("", [], sorted({**quick_tables, **{k: getattr(_coefficients, k) for k in SLOW}}.items()))]
+    sections = [
+        ("", [], sorted({**quick_tables, **{k: getattr(_coefficients, k) for k in SLOW}}.items()))
+    ]
     assert dc.differences(text, sections) == ["the values agree, the comments or layout differ"]
     old = text.split("GELU_G32 = (\n")[1].splitlines()[3]  # "    <literal>,"
     assert float(old.strip(" ,")) == _coefficients.GELU_G32[3] and text.count(old) == 1
@@ -102,6 +105,10 @@ def test_check_names_the_table_that_differs(quick_tables, monkeypatch, tmp_path,
 def test_committed_module_is_what_the_tool_writes():
     import subprocess
 
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "derive_coefficients.py"), "--check"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "derive_coefficients.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

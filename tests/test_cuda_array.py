@@ -1,6 +1,7 @@
 """Foreign CUDA arrays (torch, JAX, any __cuda_array_interface__ / CUDA DLPack object) are
 recognised without a GPU and go through the CuPy kernels zero-copy where cupy is installed
 (the run itself: tests marked gpu)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@ asked for), numba-cuda otherwise; numba-cuda on a numpy without ``row_stack`` (n
 on an older numpy the attribute is deleted in a subprocess) gives a clear error naming the
 fix, in ``iglu-np info`` and at the first call, never an AttributeError from inside
 numba-cuda."""
+
 from __future__ import annotations
 
 import subprocess
@@ -77,7 +78,9 @@ def test_numpy_without_row_stack_gives_a_clear_error():
 
     env = dict(os.environ, **env)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    r = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
     out = r.stdout
     assert r.returncode == 0, r.stderr
     info = [ln for ln in out.splitlines() if ln.startswith("INFO")][0]

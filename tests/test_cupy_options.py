@@ -1,13 +1,14 @@
 """CuPy's compiler appends ``-ftz=true`` after the caller's options and NVRTC takes the
 last occurrence: the CuPy backend drops it for its own kernels (found on an H200, where
 float32 results that should be subnormal came back as 0). No GPU or CuPy needed here."""
+
 from __future__ import annotations
 
 import sys
 import types
 
-from iglu_np.backends.cuda import cupy as cb
 from iglu_np.backends.codegen import cxx
+from iglu_np.backends.cuda import cupy as cb
 
 
 def test_our_options_ask_for_ieee_subnormals_and_carry_the_marker():

@@ -15,6 +15,7 @@ fake ``cupy`` (tests/fake_cupy.py) whose kernels record their launches:
 
 The tests marked gpu compare the two paths and the CPU bit for bit on a real GPU.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,10 @@ def _norm(arg, named):
 def _launches(fc, fn, named):
     fc.STATE.launches.clear()
     res = fn()
-    return res, [(L.kernel, L.grid, L.block, tuple(_norm(a, named) for a in L.args), L.device, L.stream)
-                 for L in fc.STATE.launches]
+    return res, [
+        (L.kernel, L.grid, L.block, tuple(_norm(a, named) for a in L.args), L.device, L.stream)
+        for L in fc.STATE.launches
+    ]
 
 
 def _arr(fc, n, dt, shape=None):
@@ -147,15 +150,19 @@ def test_the_thin_path_launches_what_the_general_path_launches(fc, general_calls
     named = {"x": x, "g": g, "out": out}
     act = _params.of(name)
     if kind.startswith("bwd_"):  # no public call: the dispatcher's entry
+
         def thin():
             return backends.run(act, kind, data, dict(params), out)
     else:
+
         def thin():
             return _call(name, kind, data, params, out)
 
     res_g, want = _launches(fc, lambda: cb.run(act, kind, data, dict(params), out), named)
     assert general_calls[0] == 1 and len(want) == 1
-    assert isinstance(want[0][0], fake_cupy.RawKernel)  # the vector kernel, not the ElementwiseKernel
+    assert isinstance(
+        want[0][0], fake_cupy.RawKernel
+    )  # the vector kernel, not the ElementwiseKernel
     for _ in range(2):  # the call that builds the plan and one that finds it
         res_t, got = _launches(fc, thin, named)
         assert got == want
@@ -187,14 +194,22 @@ def test_the_thin_backward_all_launches_what_the_general_path_launches(fc, gener
     out = {None: None, "new": _arr(fc, size, dt, shape), "x": x, "g": g}[out_kind]
     named = {"x": x, "g": g, "out": out}
     act = _params.of(name)
-    (gx_g, gp_g), want = _launches(fc, lambda: cb.backward_all(act, (x, g), dict(params), out), named)
+    (gx_g, gp_g), want = _launches(
+        fc, lambda: cb.backward_all(act, (x, g), dict(params), out), named
+    )
     assert general_calls[0] == 1 and len(want) == 1
     for _ in range(2):
-        (gx, gp), got = _launches(fc, lambda: iglu_np.get(name).backward_all(x, g, out=out, **params), named)
+        (gx, gp), got = _launches(
+            fc, lambda: iglu_np.get(name).backward_all(x, g, out=out, **params), named
+        )
         assert got == want and general_calls[0] == 1
-        assert (gx is out) if out is not None else (gx.shape == gx_g.shape and gx.dtype == gx_g.dtype)
+        assert (
+            (gx is out) if out is not None else (gx.shape == gx_g.shape and gx.dtype == gx_g.dtype)
+        )
         assert list(gp) == list(gp_g) == list(act.param_names)
-        assert [(v.shape, v.dtype) for v in gp.values()] == [(v.shape, v.dtype) for v in gp_g.values()]
+        assert [(v.shape, v.dtype) for v in gp.values()] == [
+            (v.shape, v.dtype) for v in gp_g.values()
+        ]
 
 
 def _aligned_pair(fc, n, dt):
@@ -218,7 +233,9 @@ def _fallbacks(fc):
         "device parameter": lambda: iglu_np.iglu(x, sigma=fc.asarray(np.float32(2.0))),
         "bool parameter": lambda: iglu_np.iglu(x, sigma=True),
         "float32 data, parameter beyond float32": lambda: iglu_np.iglu(x, sigma=1e39),
-        "float16 data, parameter beyond float32": lambda: iglu_np.iglu(fc.ndarray(64, f16), sigma=1e-39),
+        "float16 data, parameter beyond float32": lambda: iglu_np.iglu(
+            fc.ndarray(64, f16), sigma=1e-39
+        ),
         "x float32, g float64": lambda: iglu_np.iglu.backward(x, fc.ndarray(1024, f64)),
         "g broadcast": lambda: iglu_np.iglu.backward(x, fc.ndarray(1024, f32).reshape((1, 1024))),
         "out float64 for float32 x": lambda: iglu_np.iglu(x, out=fc.ndarray(1024, f64)),
@@ -229,8 +246,11 @@ def _fallbacks(fc):
         "byte-swapped data": lambda: iglu_np.iglu(fc.ndarray(1024, ">f4")),
         "zero elements": lambda: iglu_np.iglu(fc.ndarray(0, f32)),
         "backward_all with an array parameter": lambda: iglu_np.iglu.backward_all(
-            x, fc.ndarray(1024, f32), sigma=np.full(1024, 2.0)),
-        "backward_all, out overlapping": lambda: iglu_np.iglu.backward_all(xo, fc.ndarray(1024, f32), out=shifted),
+            x, fc.ndarray(1024, f32), sigma=np.full(1024, 2.0)
+        ),
+        "backward_all, out overlapping": lambda: iglu_np.iglu.backward_all(
+            xo, fc.ndarray(1024, f32), out=shifted
+        ),
     }
 
 
@@ -254,10 +274,19 @@ def _message(fn):
     return type(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("bad", [
-    {"sigma": -1.0}, {"sigma": 0}, {"sigma": float("nan")}, {"sigma": np.float32(-2.0)},
-    {"sigma": np.array(-1.0)}, {"sigma": 10**400}, {"sgma": 1.0},
-], ids=lambda b: f"{list(b)[0]}={b[list(b)[0]]!r}"[:40])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"sigma": -1.0},
+        {"sigma": 0},
+        {"sigma": float("nan")},
+        {"sigma": np.float32(-2.0)},
+        {"sigma": np.array(-1.0)},
+        {"sigma": 10**400},
+        {"sgma": 1.0},
+    ],
+    ids=lambda b: f"{list(b)[0]}={b[list(b)[0]]!r}"[:40],
+)
 def test_bad_parameters_raise_the_general_paths_errors(fc, general_calls, bad):
     x = fc.ndarray(1024, np.float32)
     iglu_np.iglu(x, sigma=2.0)  # plan in place
@@ -290,8 +319,10 @@ def test_unsupported_dtypes_raise_the_general_paths_error(fc):
 def test_backward_all_refuses_the_out_that_backward_refuses(fc, out_kind):
     f32 = np.float32
     x, g = fc.ndarray(1024, f32), fc.ndarray(1024, f32)
-    out = {"a tuple of two": (fc.ndarray(1024, f32), fc.ndarray(1024, f32)),
-           "a host array": np.zeros(1024, f32)}[out_kind]
+    out = {
+        "a tuple of two": (fc.ndarray(1024, f32), fc.ndarray(1024, f32)),
+        "a host array": np.zeros(1024, f32),
+    }[out_kind]
     want = _message(lambda: iglu_np.iglu.backward(x, g, out=out))
     assert _message(lambda: iglu_np.iglu.backward_all(x, g, out=out)) == want
 
@@ -339,7 +370,9 @@ def test_launches_follow_the_current_device_and_stream(fc, general_calls):
         assert fc.STATE.launches[-1].kernel is L.kernel
 
 
-def test_the_first_call_notes_the_thin_path_whatever_the_backend_keyword(fc, general_calls, monkeypatch):
+def test_the_first_call_notes_the_thin_path_whatever_the_backend_keyword(
+    fc, general_calls, monkeypatch
+):
     monkeypatch.setattr(backends, "_FAST", {})
     x = fc.ndarray(1024, np.float32)
     iglu_np.iglu(x, backend="cupy")  # the general path notes the thin path for the type
@@ -351,7 +384,9 @@ def test_the_first_call_notes_the_thin_path_whatever_the_backend_keyword(fc, gen
         iglu_np.iglu(x, backend="nope")
 
 
-def test_a_cupy_without_the_contiguity_attribute_keeps_the_general_path(fc, general_calls, monkeypatch):
+def test_a_cupy_without_the_contiguity_attribute_keeps_the_general_path(
+    fc, general_calls, monkeypatch
+):
     class Old(fake_cupy.ndarray):
         """Contiguity through ``flags`` only."""
 
@@ -375,6 +410,7 @@ def test_a_cupy_without_the_contiguity_attribute_keeps_the_general_path(fc, gene
 
 # --------------------------------------------------------------------------- real GPU
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64", "bfloat16"])
 def test_on_a_gpu_the_thin_path_equals_the_general_path_and_the_cpu(dt, general_calls):
@@ -389,8 +425,14 @@ def test_on_a_gpu_the_thin_path_equals_the_general_path_and_the_cpu(dt, general_
     gh = rng.standard_normal(n).astype(np.float32).astype(ddt)
     x, g = cupy.asarray(xh), cupy.asarray(gh)
     iglu_np.relu(x)  # the first call on a CuPy array notes the thin path
-    cases = [("iglu", {}), ("iglu", {"sigma": 2.5}), ("xielu", {"alpha_p": np.float32(0.5)}),
-             ("gelu", {}), ("silu", {}), ("softplus", {"beta": 2})]
+    cases = [
+        ("iglu", {}),
+        ("iglu", {"sigma": 2.5}),
+        ("xielu", {"alpha_p": np.float32(0.5)}),
+        ("gelu", {}),
+        ("silu", {}),
+        ("softplus", {"beta": 2}),
+    ]
     for name, ps in cases:
         act, p = iglu_np.get(name), _params.of(name)
         before = general_calls[0]
@@ -402,14 +444,20 @@ def test_on_a_gpu_the_thin_path_equals_the_general_path_and_the_cpu(dt, general_
             data = (x, g) if kind == "bwd" else (x,)
             general = cb.run(p, kind, data, dict(ps), None)
             assert r.dtype == general.dtype == ddt
-            H.assert_same_bits(cupy.asnumpy(r), cupy.asnumpy(general), f"{name} {kind} thin vs general")
+            H.assert_same_bits(
+                cupy.asnumpy(r), cupy.asnumpy(general), f"{name} {kind} thin vs general"
+            )
             with np.errstate(all="ignore"):
-                cpu = {"fwd": act, "dx": act.dx, "bwd": act.backward}[kind](*(xh, gh)[: len(data)], **ps)
+                cpu = {"fwd": act, "dx": act.dx, "bwd": act.backward}[kind](
+                    *(xh, gh)[: len(data)], **ps
+                )
             H.assert_same_bits(cupy.asnumpy(r), cpu, f"{name} {kind} thin vs cpu")
         H.assert_same_bits(cupy.asnumpy(o), cupy.asnumpy(thin["fwd"]), f"{name} out=")
         gx, gp = act.backward_all(x, g, **ps)
         # without parameters there is nothing to fuse: backward and backward_params
-        assert general_calls[0] == before or not act.params, f"{name}: backward_all left the thin path"
+        assert general_calls[0] == before or not act.params, (
+            f"{name}: backward_all left the thin path"
+        )
         gx_g, gp_g = cb.backward_all(p, (x, g), dict(ps), None) or (None, None)
         if gx_g is not None:  # activations with parameters: the fused kernel on both paths
             H.assert_same_bits(cupy.asnumpy(gx), cupy.asnumpy(gx_g), f"{name} backward_all grad_x")

@@ -7,6 +7,7 @@ selects and boolean logic) is translated, host-compiled with g++ and compared bi
 with the same Python compiled by the CPU backend's Numba rebinder. Unsupported Python is
 rejected with the function's name and line.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -77,9 +78,21 @@ def _host(fn, tmp_path):
     cpp, so = tmp_path / "k.cpp", tmp_path / "k.so"
     cpp.write_text(src)
     r = subprocess.run(
-        [gxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-O2", "-ffp-contract=off",
-         str(cpp), "-o", str(so)],
-        capture_output=True, text=True,
+        [
+            gxx,
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Wextra",
+            "-O2",
+            "-ffp-contract=off",
+            str(cpp),
+            "-o",
+            str(so),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == "", f"g++ warnings:\n{r.stderr}"
@@ -90,7 +103,9 @@ def _host(fn, tmp_path):
 def test_translated_kernel_is_bit_identical_to_numba(tmp_path, dt):
     lib = _host(_constructs, tmp_path)
     f = _numba(_constructs)
-    xs = np.concatenate([np.linspace(-6, 6, 241), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e300]])
+    xs = np.concatenate(
+        [np.linspace(-6, 6, 241), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e300]]
+    )
     ss = np.array([0.7, -1.3, np.nan, 0.0])
     with np.errstate(all="ignore"):  # -1e300 and 1e-40 overflow/underflow in float32
         x, s = (a.astype(dt).ravel() for a in np.meshgrid(xs, ss))
@@ -100,7 +115,9 @@ def test_translated_kernel_is_bit_identical_to_numba(tmp_path, dt):
     fn = getattr(lib, "run_float" if dt == np.float32 else "run_double")
     fn.argtypes = [ptr, ptr, ptr, ctypes.c_long]
     fn(x.ctypes.data_as(ptr), s.ctypes.data_as(ptr), got.ctypes.data_as(ptr), x.size)
-    same = (got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")) | (np.isnan(got) & np.isnan(want))
+    same = (got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")) | (
+        np.isnan(got) & np.isnan(want)
+    )
     bad = np.nonzero(~same)[0]
     assert bad.size == 0, [(x[i], s[i], got[i], want[i]) for i in bad[:5]]
 

@@ -1,4 +1,5 @@
 """Dask backend: lazy, chunk-by-chunk results equal to numpy bit for bit."""
+
 import pickle
 
 import numpy as np
@@ -25,8 +26,25 @@ REPRESENTATIVE = ["iglu"] + ([_MOST] if _MOST != "iglu" else [])
 def _sweep(names):
     return [n if n in REPRESENTATIVE else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
-SPECIALS = [-np.inf, -1e30, -50.0, -3.0, -1.0, -1e-30, -0.0, 0.0, 1e-30, 0.5, 1.0, 3.0, 50.0,
-            1e30, np.inf, np.nan]
+
+SPECIALS = [
+    -np.inf,
+    -1e30,
+    -50.0,
+    -3.0,
+    -1.0,
+    -1e-30,
+    -0.0,
+    0.0,
+    1e-30,
+    0.5,
+    1.0,
+    3.0,
+    50.0,
+    1e30,
+    np.inf,
+    np.nan,
+]
 
 
 def _x(n, dtype, seed=0):
@@ -100,6 +118,7 @@ def test_chunks_equal_the_whole_array_whichever_cpu_loop_runs_each(monkeypatch):
     """float32 softplus d_beta at x = NaN: the ufunc (chunks) gives +NaN, the njit loop
     (whole array) -NaN (bitwise.py says why); every other bit is the same."""
     from iglu_np.backends.cpu import tiers
+
     xn = _x(1000, np.float32)
     run = lambda x: iglu_np.softplus.dparams(x)["beta"]  # noqa: E731
     loops = tiers._loops()
@@ -171,8 +190,13 @@ def test_numpy_grad_with_dask_x_and_dask_grad_with_numpy_x():
 # ------------------------------------------------------------------ dtype rules
 @pytest.mark.parametrize(
     "dt, expect",
-    [(np.float16, np.float16), (np.float32, np.float32), (np.float64, np.float64),
-     (np.int32, np.float64), (np.bool_, np.float64)],
+    [
+        (np.float16, np.float16),
+        (np.float32, np.float32),
+        (np.float64, np.float64),
+        (np.int32, np.float64),
+        (np.bool_, np.float64),
+    ],
 )
 def test_dtype_rules_match_numpy(dt, expect):
     with np.errstate(over="ignore"):  # 1e30 -> inf in float16, deliberately
@@ -291,8 +315,12 @@ def test_raw_ufuncs_compose_with_dask_array_ufunc(name):
     xn = _x(300, np.float64)
     x = da.from_array(xn, chunks=64)
     ps = list(act.defaults.values())
-    for u, args in [(act.ufunc, (xn,)), (act.dx.ufunc, (xn,)), (act.backward.ufunc, (xn, xn)),
-                    *((v, (xn,)) for v in act.dparams.ufuncs.values())]:
+    for u, args in [
+        (act.ufunc, (xn,)),
+        (act.dx.ufunc, (xn,)),
+        (act.backward.ufunc, (xn, xn)),
+        *((v, (xn,)) for v in act.dparams.ufuncs.values()),
+    ]:
         lazy = u(*(x for _ in args), *ps)
         assert isinstance(lazy, da.Array)
         with np.errstate(all="ignore"):

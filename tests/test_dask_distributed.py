@@ -1,4 +1,5 @@
 """dask.distributed with two worker processes on loopback: same results as one machine."""
+
 import logging
 import os
 
@@ -20,14 +21,17 @@ from .bitwise import assert_same_bits  # noqa: E402
 def cluster_client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    ) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield cluster, client
     assert cluster.status.name == "closed"
 

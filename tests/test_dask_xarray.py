@@ -1,4 +1,5 @@
 """xarray: DataArray in, DataArray out, coords and attrs kept; lazy when dask-backed."""
+
 import contextlib
 
 import numpy as np
@@ -18,8 +19,11 @@ def _da(dtype=np.float64):
     return xr.DataArray(
         v,
         dims=("time", "channel"),
-        coords={"time": np.arange(5) * 0.5, "channel": [f"c{i}" for i in range(8)],
-                "label": ("channel", list("abcdefgh"))},
+        coords={
+            "time": np.arange(5) * 0.5,
+            "channel": [f"c{i}" for i in range(8)],
+            "label": ("channel", list("abcdefgh")),
+        },
         attrs={"units": "mV", "source": "probe-3"},
         name="signal",
     )
@@ -71,8 +75,9 @@ def test_round_trip_keeps_coords_and_attrs(dtype, chunked):
 def test_labelled_parameter_broadcasts_by_dimension_name():
     x = _da()
     # sigma per channel, given as a DataArray: aligned by name although channel is axis 1
-    sig = xr.DataArray(np.linspace(0.2, 3.0, 8), dims="channel",
-                       coords={"channel": x.channel.values})
+    sig = xr.DataArray(
+        np.linspace(0.2, 3.0, 8), dims="channel", coords={"channel": x.channel.values}
+    )
     r = iglu_np.iglu(x, sigma=sig)
     _same_labels(r, x)
     _bits_equal(r.values, iglu_np.iglu(x.values, sigma=sig.values[None, :]))

@@ -1,6 +1,7 @@
 """The docs' Accuracy and Performance pages are generated from docs/data/ and must match it
 (``python tools/update_docs.py`` regenerates them); the accuracy data must cover every
 registered activation's kernels in float32 and float64, each within its bound."""
+
 import json
 import shutil
 import subprocess
@@ -21,8 +22,9 @@ import update_docs  # noqa: E402
 
 
 def _check(*args):
-    return subprocess.run([sys.executable, str(TOOL), *args, "--check"], capture_output=True,
-                          text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args, "--check"], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +41,34 @@ def test_accuracy_data_cover_every_activation_kind_and_dtype(accuracy):
     assert accuracy["schema"] == 1
     for key in ("date", "machine", "command", "versions", "bounds", "rows"):
         assert accuracy[key], key
-    have = {(r["activation"], r["kind"], r["dtype"]) for r in accuracy["rows"] if r["backend"] == "cpu"}
-    want = {(name, k, dt) for name, a in iglu_np.ACTIVATIONS.items() for k in acc.kinds(a.spec)
-            for dt in ("float32", "float64")}
+    have = {
+        (r["activation"], r["kind"], r["dtype"]) for r in accuracy["rows"] if r["backend"] == "cpu"
+    }
+    want = {
+        (name, k, dt)
+        for name, a in iglu_np.ACTIVATIONS.items()
+        for k in acc.kinds(a.spec)
+        for dt in ("float32", "float64")
+    }
     assert not want - have, f"missing rows (rerun tools/accuracy_sweep.py): {sorted(want - have)}"
     assert not have - want, f"rows for kernels that do not exist: {sorted(have - want)}"
     assert len(accuracy["rows"]) == len(have), "duplicate rows"
 
 
 def test_accuracy_rows_are_within_their_bounds(accuracy):
-    fields = {"activation", "kind", "dtype", "backend", "param_sets", "domain", "points",
-              "worst_ulp", "worst_at", "rms_ulp", "bound"}
+    fields = {
+        "activation",
+        "kind",
+        "dtype",
+        "backend",
+        "param_sets",
+        "domain",
+        "points",
+        "worst_ulp",
+        "worst_at",
+        "rms_ulp",
+        "bound",
+    }
     for r in accuracy["rows"]:
         where = f"{r['activation']} {r['kind']} {r['dtype']}"
         assert fields <= set(r), where
@@ -98,8 +117,12 @@ def test_check_fails_when_a_row_exceeds_its_bound(copies):
     row = a["rows"][-1]
     row["worst_ulp"] = row["bound"] + 1
     (data / "accuracy.json").write_text(json.dumps(a))
-    subprocess.run([sys.executable, str(TOOL), "--data", str(data), "--docs", str(docs)],
-                   capture_output=True, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, str(TOOL), "--data", str(data), "--docs", str(docs)],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
     r = _check("--data", str(data), "--docs", str(docs))
     assert r.returncode == 1 and "over its bound" in r.stdout, r.stdout
 
@@ -122,18 +145,36 @@ def test_a_gpu_bench_file_gets_its_own_section_and_plot(copies):
     # provenance record-bench adds; the figures are made up for the test
     data, docs = copies
     names = list(iglu_np.ACTIVATIONS)
-    rows = [{"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.12, "bwd_ms": 0.18},
-            {"dtype": "float32", "name": "(cupy.negative)", "fwd_ms": 0.13}]
-    rows += [{"dtype": "float32", "name": n, "fwd_ms": 0.125, "bwd_ms": 0.19,
-              "torch_fwd_ms": 0.3} for n in names]
-    gpu = {"date": "2026-01-01T00:00:00Z", "command": "iglu-np bench --json --device gpu",
-           "git": "0000000", "versions": {"iglu_np": "0", "python": "3"}, "device": "Test GPU",
-           "cupy": "13", "size": 2**26, "numba_cuda": "unavailable: test", "torch": "2",
-           "jax": None, "rows": rows, "small": {"iglu_us": 5.0, "cupy_negative_us": 4.0}}
+    rows = [
+        {"dtype": "float32", "name": "(copy limit)", "fwd_ms": 0.12, "bwd_ms": 0.18},
+        {"dtype": "float32", "name": "(cupy.negative)", "fwd_ms": 0.13},
+    ]
+    rows += [
+        {"dtype": "float32", "name": n, "fwd_ms": 0.125, "bwd_ms": 0.19, "torch_fwd_ms": 0.3}
+        for n in names
+    ]
+    gpu = {
+        "date": "2026-01-01T00:00:00Z",
+        "command": "iglu-np bench --json --device gpu",
+        "git": "0000000",
+        "versions": {"iglu_np": "0", "python": "3"},
+        "device": "Test GPU",
+        "cupy": "13",
+        "size": 2**26,
+        "numba_cuda": "unavailable: test",
+        "torch": "2",
+        "jax": None,
+        "rows": rows,
+        "small": {"iglu_us": 5.0, "cupy_negative_us": 4.0},
+    }
     (data / "bench-gpu-test-gpu.json").write_text(json.dumps(gpu))
     assert "performance.rst differs" in _check("--data", str(data), "--docs", str(docs)).stdout
-    subprocess.run([sys.executable, str(TOOL), "--data", str(data), "--docs", str(docs)],
-                   capture_output=True, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, str(TOOL), "--data", str(data), "--docs", str(docs)],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert _check("--data", str(data), "--docs", str(docs)).returncode == 0
     page = (docs / "performance.rst").read_text()
     assert "GPU: Test GPU" in page and "No GPU run is recorded" not in page

@@ -6,6 +6,7 @@ Python code shown without prompts (the GPU examples, which need a GPU) must say 
 first line why it is not run. A page whose examples need an optional package says so in
 an rst comment, ``.. doctest-requires: torch``, and is skipped where that is missing.
 """
+
 import doctest
 import re
 from pathlib import Path
@@ -21,8 +22,7 @@ SKIP_DIRS = {DOCS / "_build", DOCS / "activations"}
 
 def _pages():
     pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
-    pages += sorted(p for p in DOCS.rglob("*.rst")
-                    if not any(d in p.parents for d in SKIP_DIRS))
+    pages += sorted(p for p in DOCS.rglob("*.rst") if not any(d in p.parents for d in SKIP_DIRS))
     return [p for p in pages if p.exists()]
 
 
@@ -55,7 +55,7 @@ def _doctest_text(path: Path) -> str:
     out = [""] * len(text.splitlines())
     for _, start, lines in _markdown_blocks(text):
         if any(ln.lstrip().startswith(">>>") for ln in lines):
-            out[start:start + len(lines)] = lines
+            out[start : start + len(lines)] = lines
     return "\n".join(out)
 
 
@@ -70,7 +70,7 @@ def _python_blocks_without_prompts(path: Path):
     lines = text.splitlines()
     for i, ln in enumerate(lines):
         if re.match(r"\s*\.\. code-block:: (python|py)\s*$", ln):
-            body = [b for b in lines[i + 1:i + 40] if b.strip() and not b.strip().startswith(":")]
+            body = [b for b in lines[i + 1 : i + 40] if b.strip() and not b.strip().startswith(":")]
             yield i + 1, body[0].strip() if body else ""
 
 
@@ -81,15 +81,17 @@ def _has_examples(path: Path) -> bool:
 WITH_EXAMPLES = [p for p in PAGES if _has_examples(p)]
 
 
-@pytest.mark.parametrize("path", WITH_EXAMPLES,
-                         ids=[str(p.relative_to(ROOT)) for p in WITH_EXAMPLES])
+@pytest.mark.parametrize(
+    "path", WITH_EXAMPLES, ids=[str(p.relative_to(ROOT)) for p in WITH_EXAMPLES]
+)
 def test_page_examples_run(path):
     name = str(path.relative_to(ROOT))
     for line in _REQUIRES.findall(path.read_text()):
         for module in line.replace(",", " ").split():
             pytest.importorskip(module, reason=f"{name}'s examples need {module}")
-    test = doctest.DocTestParser().get_doctest(_doctest_text(path), {"__name__": "__docs__"},
-                                               name, name, 0)
+    test = doctest.DocTestParser().get_doctest(
+        _doctest_text(path), {"__name__": "__docs__"}, name, name, 0
+    )
     report = []
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS, verbose=False)
     runner.run(test, out=report.append)
@@ -99,14 +101,24 @@ def test_page_examples_run(path):
 def test_pages_have_examples():
     """The README and the user guide pages do show running code."""
     have = {str(p.relative_to(ROOT)) for p in WITH_EXAMPLES}
-    for must in ["README.md", "docs/getting_started.rst", "docs/user_guide/cpu.rst",
-                 "docs/user_guide/dask.rst", "docs/user_guide/trainer.rst"]:
+    for must in [
+        "README.md",
+        "docs/getting_started.rst",
+        "docs/user_guide/cpu.rst",
+        "docs/user_guide/dask.rst",
+        "docs/user_guide/trainer.rst",
+    ]:
         assert must in have, f"{must} has no >>> examples"
 
 
 def test_python_shown_without_prompts_says_why_it_is_not_run():
-    bad = [f"{p.relative_to(ROOT)}:{line}: {first!r}"
-           for p in PAGES for line, first in _python_blocks_without_prompts(p)
-           if not (first.startswith("#") and "not run" in first)]
-    assert not bad, ("Python examples without >>> are not tested; start such a block with a "
-                     "comment saying why it is not run (e.g. it needs a GPU):\n" + "\n".join(bad))
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}: {first!r}"
+        for p in PAGES
+        for line, first in _python_blocks_without_prompts(p)
+        if not (first.startswith("#") and "not run" in first)
+    ]
+    assert not bad, (
+        "Python examples without >>> are not tested; start such a block with a "
+        "comment saying why it is not run (e.g. it needs a GPU):\n" + "\n".join(bad)
+    )

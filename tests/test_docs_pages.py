@@ -1,5 +1,6 @@
 """The documentation's per-activation pages are generated from the registry
 (docs/_ext/activation_pages.py); these checks run its generator without a Sphinx build."""
+
 import json
 import sys
 from pathlib import Path
@@ -19,13 +20,30 @@ def _accuracy(names):
         a = iglu_np.get(n)
         for kind in ["fwd", "dx", *("d_" + p for p in a.param_names)]:
             for dt in ["float32", "float64"]:
-                rows.append({"activation": n, "kind": kind, "dtype": dt, "backend": "cpu",
-                             "param_sets": 1, "domain": [-1e6, 1e6], "points": 100,
-                             "worst_ulp": 1.25, "worst_at": {"x": -3.5, "params": a.defaults},
-                             "rms_ulp": 0.25, "bound": 4.0 if kind == "fwd" else 8.0})
-    return {"schema": 1, "date": "2026-01-01T00:00:00Z", "machine": "test machine",
-            "command": "c", "versions": {}, "bounds": {"fwd": 4.0, "derivative": 8.0},
-            "rows": rows}
+                rows.append(
+                    {
+                        "activation": n,
+                        "kind": kind,
+                        "dtype": dt,
+                        "backend": "cpu",
+                        "param_sets": 1,
+                        "domain": [-1e6, 1e6],
+                        "points": 100,
+                        "worst_ulp": 1.25,
+                        "worst_at": {"x": -3.5, "params": a.defaults},
+                        "rms_ulp": 0.25,
+                        "bound": 4.0 if kind == "fwd" else 8.0,
+                    }
+                )
+    return {
+        "schema": 1,
+        "date": "2026-01-01T00:00:00Z",
+        "machine": "test machine",
+        "command": "c",
+        "versions": {},
+        "bounds": {"fwd": 4.0, "derivative": 8.0},
+        "rows": rows,
+    }
 
 
 def test_missing_accuracy_data_stops_the_build_with_the_command_to_run(tmp_path):
@@ -83,8 +101,18 @@ def test_derivatives_section_becomes_a_rubric_before_the_parameters():
 
 
 def test_bars_in_plain_docstring_text_are_escaped_but_not_in_math_or_literals():
-    lines = ["Softsign x/(1 + |x|).", "", ".. math::", "", "    f = |x|", "",
-             "uses ``|x|`` here", "Examples", "--------", ">>> abs(-1)  # |x|"]
+    lines = [
+        "Softsign x/(1 + |x|).",
+        "",
+        ".. math::",
+        "",
+        "    f = |x|",
+        "",
+        "uses ``|x|`` here",
+        "Examples",
+        "--------",
+        ">>> abs(-1)  # |x|",
+    ]
     pages.escape_bars(None, "function", "iglu_np.softsign", None, {}, lines)
     assert lines[0] == r"Softsign x/(1 + \|x\|)."
     assert lines[4] == "    f = |x|" and lines[6] == "uses ``|x|`` here"
@@ -108,11 +136,21 @@ def test_built_page_carries_mathml_and_loads_no_script(tmp_path):
     src.mkdir()
     (src / "conf.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT / 'docs' / '_ext')!r})\n"
-        "extensions = ['mathml']\nhtml_math_renderer = 'mathml'\n")
+        "extensions = ['mathml']\nhtml_math_renderer = 'mathml'\n"
+    )
     (src / "index.rst").write_text(
-        "Page\n====\n\nInline :math:`x\\sigma`.\n\n.. math::\n\n   \\frac{1}{\\pi}\\arctan(x)\n")
-    app = Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"),
-                 "html", status=None, warning=None, warningiserror=True)
+        "Page\n====\n\nInline :math:`x\\sigma`.\n\n.. math::\n\n   \\frac{1}{\\pi}\\arctan(x)\n"
+    )
+    app = Sphinx(
+        str(src),
+        str(src),
+        str(tmp_path / "html"),
+        str(tmp_path / "doctrees"),
+        "html",
+        status=None,
+        warning=None,
+        warningiserror=True,
+    )
     app.build()
     html = (tmp_path / "html" / "index.html").read_text()
     assert html.count("<math") == 2 and "mathjax" not in html.lower()

@@ -7,14 +7,15 @@ single-thread, odd sizes, out= aliasing, and Fortran-ordered or transposed array
 loop runs over their memory and the result keeps their layout). Layouts the fast path does
 not take (gaps, broadcasting, float16, partial overlap) must still give the ufunc's answer.
 """
+
 import numpy as np
 import pytest
 
 import iglu_np
 from iglu_np import backends
 from iglu_np.backends.cpu import backend as cpu_backend
-from iglu_np.backends.cpu import tiers
 from iglu_np.backends.cpu import loops as cpu_fast
+from iglu_np.backends.cpu import tiers
 
 from . import accuracy as acc
 
@@ -56,7 +57,9 @@ def _same(a, b):
     it = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     # identical bits (so +0/-0 differ), except any NaN payload
     diff = (a.view(it) != b.view(it)) & ~(np.isnan(a) & np.isnan(b))
-    assert not diff.any(), f"first mismatch at {np.argwhere(diff)[0]}: {a[diff][:3]} vs {b[diff][:3]}"
+    assert not diff.any(), (
+        f"first mismatch at {np.argwhere(diff)[0]}: {a[diff][:3]} vs {b[diff][:3]}"
+    )
 
 
 def _fast_as_ufunc(act, kind):
@@ -119,8 +122,14 @@ def test_threaded_equals_single_thread(n, dtype, request):
     res = []
     for fix in ("threads_never", "threads_always"):
         request.getfixturevalue(fix)
-        res.append((a(x, sigma=0.7), a.dx(x, sigma=0.7), a.backward(x, g, sigma=0.7),
-                    a.backward_params(x, g, sigma=0.7)["sigma"]))
+        res.append(
+            (
+                a(x, sigma=0.7),
+                a.dx(x, sigma=0.7),
+                a.backward(x, g, sigma=0.7),
+                a.backward_params(x, g, sigma=0.7)["sigma"],
+            )
+        )
     for u, v in zip(*res):
         _same(u, v)
     _same(res[0][0], a.ufunc(x, dtype(0.7)))
@@ -140,12 +149,12 @@ def test_threaded_blocks_cover_every_element_at_any_skew(dtype, request):
     gbuf = rng.standard_normal(n + 64).astype(dtype)
     a = iglu_np.iglu
     for off in (0, 1, 3, 15):
-        x, g = buf[off:off + n], gbuf[2 * off + 1:2 * off + 1 + n]
+        x, g = buf[off : off + n], gbuf[2 * off + 1 : 2 * off + 1 + n]
         want, want_b = a.ufunc(x, dtype(0.7)), a.backward.ufunc(x, g, dtype(0.7))
-        out = np.empty(n + 64, dtype)[off + 2:off + 2 + n]
+        out = np.empty(n + 64, dtype)[off + 2 : off + 2 + n]
         _same(a(x, sigma=0.7, out=out), want)
         _same(a.backward(x, g, sigma=0.7, out=out), want_b)
-        y = buf.copy()[off:off + n]
+        y = buf.copy()[off : off + n]
         _same(a(y, sigma=0.7, out=y), want)
 
 
@@ -178,7 +187,10 @@ def test_layouts_outside_the_fast_path(dtype):
     _same(iglu_np.iglu(base, sigma=col), u(base, col))
     full = (np.abs(rng.standard_normal(base.shape)) + 0.1).astype(dtype)  # same-shape parameter
     _same(iglu_np.iglu(base, sigma=full), u(base, full))
-    _same(iglu_np.iglu(base, sigma=full.astype(np.float64)), u(base, full.astype(np.float64), dtype=dtype))
+    _same(
+        iglu_np.iglu(base, sigma=full.astype(np.float64)),
+        u(base, full.astype(np.float64), dtype=dtype),
+    )
     bp = iglu_np.iglu.backward_params(base, base, sigma=col)["sigma"]
     assert bp.shape == col.shape
     h = base.astype(np.float16)
@@ -188,8 +200,9 @@ def test_layouts_outside_the_fast_path(dtype):
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
 @pytest.mark.parametrize("threads", ["threads_never", "threads_always"])
-def test_strided_broadcast_and_mismatched_out_take_the_loops_through_buffers(dtype, threads,
-                                                                            request, no_ufunc):
+def test_strided_broadcast_and_mismatched_out_take_the_loops_through_buffers(
+    dtype, threads, request, no_ufunc
+):
     """Operands the loops cannot run over in place (strided or reversed x, a grad_out that
     broadcasts, out= laid out unlike x, partial overlap, float16 or mixed float dtypes):
     numpy's buffered iterator feeds them the loops in contiguous chunks (no ufunc call:
@@ -210,20 +223,27 @@ def test_strided_broadcast_and_mismatched_out_take_the_loops_through_buffers(dty
             (lambda: a.backward(base, np.array(dtype(1.5)), sigma=0.5), ub(base, dtype(1.5), s)),
             (lambda: a.backward(base, dtype(-2.0), sigma=0.5), ub(base, dtype(-2.0), s)),
             (lambda: a.backward(base[:, :1], base, sigma=0.5), ub(base[:, :1], base, s)),
-            (lambda: a(base, sigma=0.5, out=np.empty(base.shape, dtype, order="F")),
-             u(base, s, out=np.empty(base.shape, dtype, order="F"))),
+            (
+                lambda: a(base, sigma=0.5, out=np.empty(base.shape, dtype, order="F")),
+                u(base, s, out=np.empty(base.shape, dtype, order="F")),
+            ),
         ]
         if dtype == np.float32:  # float16 in: cast in the buffers, computed in float32
             h = base.astype(np.float16)
             cases += [
                 (lambda: a(h, sigma=0.5), u(h.astype(dtype), s).astype(np.float16)),
-                (lambda: a(h, sigma=0.5, out=np.empty_like(h)), u(h.astype(dtype), s).astype(np.float16)),
+                (
+                    lambda: a(h, sigma=0.5, out=np.empty_like(h)),
+                    u(h.astype(dtype), s).astype(np.float16),
+                ),
                 (lambda: a.backward(h, base, sigma=0.5), ub(h.astype(dtype), base, s)),
             ]
         else:  # float32 beside float64: computed in float64
             f = base.astype(np.float32)
-            cases += [(lambda: a.backward(base, f, sigma=0.5), ub(base, f.astype(dtype), s)),
-                      (lambda: a.dx(f[::2], sigma=np.float64(0.5)), a.dx.ufunc(f[::2], np.float32(0.5)))]
+            cases += [
+                (lambda: a.backward(base, f, sigma=0.5), ub(base, f.astype(dtype), s)),
+                (lambda: a.dx(f[::2], sigma=np.float64(0.5)), a.dx.ufunc(f[::2], np.float32(0.5))),
+            ]
     for call, want in cases:
         got = call()
         _same(got, want)
@@ -357,8 +377,10 @@ def _strides(a):
 @pytest.fixture
 def no_ufunc(monkeypatch):
     """Fail if the general ufunc path runs (the fast path must take the call)."""
+
     def boom(*a, **k):
         raise AssertionError("took the ufunc path")
+
     monkeypatch.setattr(cpu_backend, "_call_ufunc", boom)
 
 
@@ -476,8 +498,9 @@ def test_threads_launching_parallel_loops_under_workqueue():
         "print(numba.threading_layer())\n"
     )
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue", NUMBA_NUM_THREADS="2")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("workqueue")
 
@@ -502,6 +525,7 @@ def test_busy_machine_guard_tolerates_threaded_calls_a_little_slower(monkeypatch
     def run(cost):
         def call():
             clock.now += cost
+
         cpu_fast.launch(k, 1000, call, call)
 
     run(1.0)  # the baseline, on one thread: 1 ms per element
@@ -549,16 +573,27 @@ def test_busy_machine_guard_sends_a_contended_kernel_to_one_thread(monkeypatch):
         trips = cpu_fast.guard_trips
         run(0.05)
         run(0.05)  # loses twice in a row: contended
-        assert cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.2
+        assert (
+            cpu_fast.busy(k, 1000, None)
+            and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.2
+        )
         assert cpu_fast.guard_trips == trips + 1  # what iglu-np bench reports
         run(0.002)
         assert log[-1] == "S"  # cooling down: one thread
         time.sleep(0.25)
         run(0.05)  # the probe still loses: a longer cooldown
-        assert log[-1] == "T" and cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.4
+        assert (
+            log[-1] == "T"
+            and cpu_fast.busy(k, 1000, None)
+            and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.4
+        )
         cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][2] = time.perf_counter() - 1.0
         run(0.002)  # the machine is free again
-        assert log[-1] == "T" and not cpu_fast.busy(k, 1000, None) and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.0
+        assert (
+            log[-1] == "T"
+            and not cpu_fast.busy(k, 1000, None)
+            and cpu_fast._guard[cpu_fast._gkey(k, 1000, None)][3] == 0.0
+        )
         # another dtype or size class has its own baseline (float32's is no yardstick for
         # float64, nor a cache-resident size's for a memory-bound one)
         for n, dt in ((1000, "f"), (1000, "d"), (64000, None)):

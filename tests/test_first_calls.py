@@ -3,6 +3,7 @@ a run of small calls never stalls on a loop compile (0.6 s for gelu's), and the 
 large call never compiles the threaded build (1.2 s for gelu's on 10^6 elements).
 Each case in a fresh process with an empty cache, counting Numba's compiles (every
 compile goes through numba.core.compiler.compile_extra; a cache hit does not)."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,13 @@ import pytest
 
 from .compile_counter import COUNT_COMPILES
 
-CHILD = textwrap.dedent("""
+CHILD = (
+    textwrap.dedent("""
     import sys
     import numpy as np
-""") + COUNT_COMPILES + textwrap.dedent("""
+""")
+    + COUNT_COMPILES
+    + textwrap.dedent("""
     import iglu_np
     name, op, size, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     act = iglu_np.get(name)
@@ -34,13 +38,19 @@ CHILD = textwrap.dedent("""
                [(first, r)] if not isinstance(first, dict)) if calls > 1 else True
     print(counts, same)
 """)
+)
 
 
 def _counts(tmp_path, name, op, size, calls, **env):
     e = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / "cache"), NUMBA_NUM_THREADS="2", **env)
     e.pop("IGLU_NP_FAST_NOCACHE", None)
-    r = subprocess.run([sys.executable, "-c", CHILD, name, op, str(size), str(calls)], env=e,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, name, op, str(size), str(calls)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     counts, same = r.stdout.split("]")
     return [int(c) for c in counts.strip("[ ").split(",")], same.strip() == "True"
@@ -54,8 +64,9 @@ def test_small_calls_never_compile_after_the_first(tmp_path):
 
 @pytest.mark.parametrize("op", ["fwd", "params"])
 def test_large_calls_never_compile_after_the_first(tmp_path, op):
-    counts, same = _counts(tmp_path, "leaky_relu", op, 1 << 17, 4,
-                           IGLU_NP_PARALLEL_THRESHOLD="65536")
+    counts, same = _counts(
+        tmp_path, "leaky_relu", op, 1 << 17, 4, IGLU_NP_PARALLEL_THRESHOLD="65536"
+    )
     assert counts[0] > 0 and set(counts) == {counts[0]}, counts
     assert same
 
@@ -92,11 +103,19 @@ def test_a_process_of_small_calls_alone_moves_to_the_cached_loop(tmp_path):
     env = dict(os.environ, IGLU_NP_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("IGLU_NP_FAST_NOCACHE", None)
     env.pop("IGLU_NP_FAST_WARM_CALLS", None)
-    fill = ("import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import loops as cpu_fast\n"
-            "iglu_np.relu(np.ones(3, np.float32))\n"
-            "cpu_fast.plan('relu', 'fwd', np.dtype(np.float32))")
+    fill = (
+        "import numpy as np, iglu_np\nfrom iglu_np.backends.cpu import loops as cpu_fast\n"
+        "iglu_np.relu(np.ones(3, np.float32))\n"
+        "cpu_fast.plan('relu', 'fwd', np.dtype(np.float32))"
+    )
     for code in (fill, HOT_CHILD):
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=600, check=False)
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["False", "True", "1", "0", "True"], r.stdout

@@ -4,6 +4,7 @@ Each case runs tests/forkcheck.py in a fresh interpreter (Numba loads one thread
 layer per process; forking inside pytest would also fork its threads) with a timeout:
 a child that dies or hangs is a failure, never a hung test run.
 """
+
 import json
 import os
 import subprocess
@@ -19,8 +20,14 @@ METHODS = ["fork", "forkserver", "spawn"]
 def _forkcheck(layer: str, methods=METHODS) -> dict:
     env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-m", "tests.forkcheck", *methods], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.forkcheck", *methods],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -90,7 +97,12 @@ sys.exit("the forked child hung on the build lock")
 def test_child_forked_while_a_thread_builds_kernels_does_not_wait_for_that_thread():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c",
-                        _LOCK_HELD_AT_FORK], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _LOCK_HELD_AT_FORK],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,6 +1,7 @@
 """``tools/generated_sources.py`` writes every generated source and its ``--check`` names
 each file that differs from a stored copy (the proof that a refactoring of the backends
 leaves the CuPy C++, the Numba modules and the Numba CUDA kernels byte-identical)."""
+
 import sys
 from pathlib import Path
 

@@ -25,6 +25,7 @@ are not part of the contract, as for float16).
 * dispatch without a GPU: the vector plan takes bfloat16, the Numba CUDA backend refuses it
   naming CuPy, torch.bfloat16 is recognised; the GPU bench takes ``--dtype bfloat16``.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -85,7 +86,11 @@ def _program(spec):
     for kind in cxx.kernel_kinds(spec):
         ks = cxx.kernel_source(spec, kind, "float32")
         for pa in (False, True) if spec.params else (False,):
-            ew.append(H.ProgramKernel(ks, "bfloat16", "bfloat16", pa, f"{ks.name}__bf16" + ("_parr" if pa else "")))
+            ew.append(
+                H.ProgramKernel(
+                    ks, "bfloat16", "bfloat16", pa, f"{ks.name}__bf16" + ("_parr" if pa else "")
+                )
+            )
     for kind in ("fwd", "bwd"):  # a parameter float32 cannot hold: float64 data, bfloat16 out
         ks = cxx.kernel_source(spec, kind, "float64")
         ew.append(H.ProgramKernel(ks, "float64", "bfloat16", False, f"{ks.name}__f64_to_bf16"))
@@ -99,7 +104,9 @@ def _program(spec):
 def _check_program(spec, cc):
     src, ew, vec = _program(spec)
     ptx, log = H.nvrtc_compile(src, cc)
-    assert log == "", f"{spec.name} (bfloat16 program, sm_{cc[0]}{cc[1]}): NVRTC log not empty:\n{log}"
+    assert log == "", (
+        f"{spec.name} (bfloat16 program, sm_{cc[0]}{cc[1]}): NVRTC log not empty:\n{log}"
+    )
     plain, _ = H.nvrtc_compile(src, cc, options=NO_EXPLICIT_FMA)
     vec_names = {v.name for v in vec}
     entries = [k.entry for k in ew] + [v.name for v in vec]
@@ -131,8 +138,16 @@ def _check_program(spec, cc):
         # (and the fused backward's one float64 partial per parameter)
         extra = len(spec.params) if "_bwdall_" in v.name else 0
         assert v.lanes == 8 and vl >= v.n_data and vs >= 1, (v.name, loads, stores)
-        assert len(loads) - vl == v.n_data and len(stores) - vs == 1 + extra, (v.name, loads, stores)
-        assert all(".u16" in o for o in loads + stores if ".v4." not in o and ".f64" not in o), (v.name, loads, stores)
+        assert len(loads) - vl == v.n_data and len(stores) - vs == 1 + extra, (
+            v.name,
+            loads,
+            stores,
+        )
+        assert all(".u16" in o for o in loads + stores if ".v4." not in o and ".f64" not in o), (
+            v.name,
+            loads,
+            stores,
+        )
 
 
 @pytest.mark.parametrize("name", list(_cases()))
@@ -151,10 +166,18 @@ def test_bf16_sources_name_their_types():
     assert v.name == "iglu_np_iglu_fwd_vec_bfloat16" and v.lanes == 8 and v.compute == "float"
     assert v.source.startswith("#include <cuda_bf16.h>\n")
     assert "typedef __nv_bfloat16 D;" in v.body
-    assert "typedef __nv_bfloat162 D2;" in v.body and "const float2 x2 = __bfloat1622float2(xv.v[k]);" in v.body
-    assert ("__floats2bfloat162_rn(iglu_np::iglu_fwd<float>(x2.x, p_sigma), iglu_np::iglu_fwd<float>(x2.y, p_sigma))"
-            in v.body)
-    assert "y[t] = __float2bfloat16_rn(iglu_np::iglu_fwd<float>(__bfloat162float(x[t]), p_sigma));" in v.body
+    assert (
+        "typedef __nv_bfloat162 D2;" in v.body
+        and "const float2 x2 = __bfloat1622float2(xv.v[k]);" in v.body
+    )
+    assert (
+        "__floats2bfloat162_rn(iglu_np::iglu_fwd<float>(x2.x, p_sigma), iglu_np::iglu_fwd<float>(x2.y, p_sigma))"
+        in v.body
+    )
+    assert (
+        "y[t] = __float2bfloat16_rn(iglu_np::iglu_fwd<float>(__bfloat162float(x[t]), p_sigma));"
+        in v.body
+    )
     assert cxx.vector_kernel_source(spec, "fwd", "bfloat16").source == v.source
     assert cxx.data_dtype_name(BF16) == "bfloat16" and cxx.data_dtype_name(np.dtype("V2")) is None
     with pytest.raises(TypeError, match="bfloat16"):
@@ -162,7 +185,9 @@ def test_bf16_sources_name_their_types():
 
 
 # --------------------------------------------------------------------------- host: narrowing
-_CONVERSIONS = H.CUPY_BF16 + r"""
+_CONVERSIONS = (
+    H.CUPY_BF16
+    + r"""
 extern "C" void narrow_rn(const float* x, unsigned short* y, long n) {
   for (long i = 0; i < n; ++i) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
@@ -197,6 +222,7 @@ extern "C" void widen_cupy(const unsigned short* x, float* y, long n) {
   for (long i = 0; i < n; ++i) y[i] = (float)bfloat16(__ushort_as_bfloat16(x[i]));
 }
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +231,9 @@ def bf16_host(tmp_path_factory):
     if not ok:
         pytest.skip(why)
     inc = H.cuda_include_dir()
-    assert inc is not None, "cuda_bf16.h not found: pip install nvidia-cuda-runtime (the gpu-verify extra)"
+    assert inc is not None, (
+        "cuda_bf16.h not found: pip install nvidia-cuda-runtime (the gpu-verify extra)"
+    )
     flags = ("-O2", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{inc}")
     return {"dir": tmp_path_factory.mktemp("bf16_host"), "flags": flags}
 
@@ -227,12 +255,38 @@ def _call(fn, a, out_dtype):
 def _narrowing_inputs():
     b = np.arange(1 << 16, dtype=np.uint32) << 16  # every bfloat16 value, as float32
     mid = b | 0x8000  # the midpoints to the next value up: ties to even both ways
-    u = np.concatenate([b, b + 1, b - 1, mid, mid + 1, mid - 1,
-                        np.random.default_rng(7).integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32),
-                        np.array([0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FFFFF,  # overflow edge
-                                  0x00000001, 0x00008000, 0x00018000, 0x007FFFFF,  # subnormals, ties
-                                  0x7F800001, 0xFF800001, 0x7F80FFFF, 0x7FC00000, 0x7FFFFFFF, 0xFFC00001],
-                                 dtype=np.uint32)])
+    u = np.concatenate(
+        [
+            b,
+            b + 1,
+            b - 1,
+            mid,
+            mid + 1,
+            mid - 1,
+            np.random.default_rng(7)
+            .integers(0, 1 << 32, 200_000, dtype=np.uint64)
+            .astype(np.uint32),
+            np.array(
+                [
+                    0x7F7F7FFF,
+                    0x7F7F8000,
+                    0x7F7F8001,
+                    0x7F7FFFFF,  # overflow edge
+                    0x00000001,
+                    0x00008000,
+                    0x00018000,
+                    0x007FFFFF,  # subnormals, ties
+                    0x7F800001,
+                    0xFF800001,
+                    0x7F80FFFF,
+                    0x7FC00000,
+                    0x7FFFFFFF,
+                    0xFFC00001,
+                ],
+                dtype=np.uint32,
+            ),
+        ]
+    )
     return u
 
 
@@ -255,8 +309,13 @@ def test_bf16_narrowing_is_ml_dtypes_round_to_nearest_even(bf16_host):
         # NaN stays NaN, never inf (a NaN whose payload is in the low half truncates to inf)
         assert np.isnan(got.view(BF16)[nan_in]).all(), fn
     # the cases named above, spelled out
-    got = _call(lib.narrow_rn, np.array([0x3F808000, 0x3F818000, 0x7F7F8000, 0x00008000, 0x80018000],
-                                        np.uint32).view(np.float32), np.uint16)
+    got = _call(
+        lib.narrow_rn,
+        np.array([0x3F808000, 0x3F818000, 0x7F7F8000, 0x00008000, 0x80018000], np.uint32).view(
+            np.float32
+        ),
+        np.uint16,
+    )
     assert [hex(v) for v in got] == ["0x3f80", "0x3f82", "0x7f80", "0x0", "0x8002"]
     got = _call(lib.narrow_pairs, np.array([1.0, 2.0], np.float32), np.uint16)
     assert [hex(v) for v in got] == ["0x3f80", "0x4000"]  # the first float in the low half
@@ -273,7 +332,9 @@ def test_bf16_from_float64_rounds_through_float32_as_the_cpu(bf16_host):
     # midpoint, which then goes to even; rounded directly they go up and down
     u = (f.view(np.uint32) & 0xFFFF0000) | 0x8000
     tie = u.view(np.float32).astype(np.float64)
-    d = np.concatenate([tie + np.spacing(tie) * 4, tie - np.spacing(tie) * 4, rng.standard_normal(20_000) * 1e3])
+    d = np.concatenate(
+        [tie + np.spacing(tie) * 4, tie - np.spacing(tie) * 4, rng.standard_normal(20_000) * 1e3]
+    )
     got = _call(lib.narrow_cupy_double, d, np.uint16)
     want = _to_bf16(d.astype(np.float32)).view(np.uint16)
     assert np.array_equal(got, want)
@@ -330,7 +391,8 @@ def _sim(spec, kinds, bf16_host):
             "    for (unsigned t = 0; t < 4; ++t) {\n"
             f"      blockIdx.x = b; threadIdx.x = t;\n"
             f"      iglu_np_vec_{v.name}::{v.name}({', '.join([*data, 'y', 'n', *pn])});\n"
-            "    }\n}\n")
+            "    }\n}\n"
+        )
         ks = cxx.kernel_source(spec, kind, "float32")
         dnames = [a for a in ks.args if not a.startswith("p_")]
         pnames = [a for a in ks.args if a.startswith("p_")]
@@ -340,7 +402,8 @@ def _sim(spec, kinds, bf16_host):
         parts.append(
             f"namespace ew_{ks.name} {{\ntypedef bfloat16 X;\ntypedef bfloat16 Y;\n"
             f'extern "C" void ew_{ks.name}({", ".join(eargs)}) {{\n'
-            f"  for (long _i = 0; _i < _n; ++_i) {{ {loads} Y y; {ks.body} _raw_y[_i] = y; }}\n}}\n}}\n")
+            f"  for (long _i = 0; _i < _n; ++_i) {{ {loads} Y y; {ks.body} _raw_y[_i] = y; }}\n}}\n}}\n"
+        )
     src = "\n".join(parts)
     return _compile(bf16_host, src, f"bf16_sim_{spec.name}")
 
@@ -350,7 +413,12 @@ def _run(fn, data, n_out, pv):
     fn.restype = None
     fn.argtypes = None
     ptrs = [ctypes.c_void_p(d.ctypes.data) for d in data]
-    fn(*ptrs, ctypes.c_void_p(y.ctypes.data), ctypes.c_longlong(n_out), *(ctypes.c_float(p) for p in pv))
+    fn(
+        *ptrs,
+        ctypes.c_void_p(y.ctypes.data),
+        ctypes.c_longlong(n_out),
+        *(ctypes.c_float(p) for p in pv),
+    )
     assert y[-1] == 7.0, "wrote past the end"
     return y[:-1]
 
@@ -359,7 +427,12 @@ def _run_ew(fn, data, n_out, pv):
     y = np.empty(n_out, BF16)
     fn.restype = None
     ptrs = [ctypes.c_void_p(d.ctypes.data) for d in data]
-    fn(*ptrs, *(ctypes.c_float(p) for p in pv), ctypes.c_void_p(y.ctypes.data), ctypes.c_long(n_out))
+    fn(
+        *ptrs,
+        *(ctypes.c_float(p) for p in pv),
+        ctypes.c_void_p(y.ctypes.data),
+        ctypes.c_long(n_out),
+    )
     return y
 
 
@@ -380,10 +453,17 @@ def test_bf16_kernels_on_the_host_equal_the_cpu_definition(bf16_host, name):
             v = cxx.vector_kernel_source(spec, kind, "bfloat16")
             data = [x, g][: v.n_data]
             want = _cpu_def(act, kind, x, g if v.n_data == 2 else None, pv)
-            _same_bf16(_run(getattr(lib, f"sim_{v.name}"), data, n, pv), want, f"{name} {kind} vector n={n}")
+            _same_bf16(
+                _run(getattr(lib, f"sim_{v.name}"), data, n, pv),
+                want,
+                f"{name} {kind} vector n={n}",
+            )
             ks = cxx.kernel_source(spec, kind, "float32")
-            _same_bf16(_run_ew(getattr(lib, f"ew_{ks.name}"), data, n, pv), want,
-                       f"{name} {kind} ElementwiseKernel n={n}")
+            _same_bf16(
+                _run_ew(getattr(lib, f"ew_{ks.name}"), data, n, pv),
+                want,
+                f"{name} {kind} ElementwiseKernel n={n}",
+            )
 
 
 def test_bf16_fused_backward_on_the_host_equals_the_cpu_definition(bf16_host):
@@ -391,13 +471,19 @@ def test_bf16_fused_backward_on_the_host_equals_the_cpu_definition(bf16_host):
     act = iglu_np.get("iglu")
     v = cxx.fused_backward_source(spec, "bfloat16")
     assert v.source == cxx.vector_preamble(spec, "bfloat16") + v.body
-    src = cxx.vector_preamble(spec, "bfloat16") + _SIM_HEAD + v.body + (
-        'extern "C" void sim(const __nv_bfloat16* x, const __nv_bfloat16* g, __nv_bfloat16* y, '
-        "double* part, long long n, float p0) {\n"
-        "  blockDim.x = 4; gridDim.x = 2;\n"
-        "  for (unsigned b = 0; b < 2; ++b) for (unsigned t = 0; t < 4; ++t) {\n"
-        f"    blockIdx.x = b; threadIdx.x = t; iglu_np_vec_{v.name}::{v.name}(x, g, y, part, n, p0);\n"
-        "  }\n}\n")
+    src = (
+        cxx.vector_preamble(spec, "bfloat16")
+        + _SIM_HEAD
+        + v.body
+        + (
+            'extern "C" void sim(const __nv_bfloat16* x, const __nv_bfloat16* g, __nv_bfloat16* y, '
+            "double* part, long long n, float p0) {\n"
+            "  blockDim.x = 4; gridDim.x = 2;\n"
+            "  for (unsigned b = 0; b < 2; ++b) for (unsigned t = 0; t < 4; ++t) {\n"
+            f"    blockIdx.x = b; threadIdx.x = t; iglu_np_vec_{v.name}::{v.name}(x, g, y, part, n, p0);\n"
+            "  }\n}\n"
+        )
+    )
     lib = _compile(bf16_host, src, "bf16_fused")
     rng = np.random.default_rng(11)
     sigma = float(np.float32(spec.defaults["sigma"]))
@@ -407,12 +493,22 @@ def test_bf16_fused_backward_on_the_host_equals_the_cpu_definition(bf16_host):
         y = np.empty(n, BF16)
         part = np.zeros(8)
         lib.sim.restype = None
-        lib.sim(*(ctypes.c_void_p(a.ctypes.data) for a in (x, g, y, part)), ctypes.c_longlong(n), ctypes.c_float(sigma))
+        lib.sim(
+            *(ctypes.c_void_p(a.ctypes.data) for a in (x, g, y, part)),
+            ctypes.c_longlong(n),
+            ctypes.c_float(sigma),
+        )
         _same_bf16(y, _cpu_def(act, "bwd", x, g, [sigma]), f"fused grad_x n={n}")
-        terms = act._ufunc("bwd_sigma")(x.astype(np.float32), g.astype(np.float32), np.float32(sigma))
+        terms = act._ufunc("bwd_sigma")(
+            x.astype(np.float32), g.astype(np.float32), np.float32(sigma)
+        )
         terms = terms.astype(np.float64)
         exact = math.fsum(terms)
-        assert abs(part.sum() - exact) <= 4 * n * np.finfo(np.float64).eps * np.abs(terms).sum(), (n, part.sum(), exact)
+        assert abs(part.sum() - exact) <= 4 * n * np.finfo(np.float64).eps * np.abs(terms).sum(), (
+            n,
+            part.sum(),
+            exact,
+        )
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -420,7 +516,13 @@ class _Fake:
     """What vector_plan reads of a CuPy array, over a numpy array."""
 
     def __init__(self, a):
-        self.shape, self.dtype, self.flags, self.size, self.ndim = a.shape, a.dtype, a.flags, a.size, a.ndim
+        self.shape, self.dtype, self.flags, self.size, self.ndim = (
+            a.shape,
+            a.dtype,
+            a.flags,
+            a.size,
+            a.ndim,
+        )
 
         class _D:
             ptr = a.ctypes.data
@@ -432,7 +534,7 @@ def _aligned(n, dt):
     dt = np.dtype(dt)
     buf = np.empty(n * dt.itemsize + 64, dtype=np.uint8)
     off = (-buf.ctypes.data) % 16
-    return buf[off: off + n * dt.itemsize].view(dt)
+    return buf[off : off + n * dt.itemsize].view(dt)
 
 
 def test_vector_plan_takes_bf16_and_keeps_the_result_dtype():
@@ -441,7 +543,12 @@ def test_vector_plan_takes_bf16_and_keeps_the_result_dtype():
     f32, f64, f16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
     x = _aligned(1024, BF16)
     assert vector_plan([_Fake(x)], [np.float32(1.0)], None, f32) == BF16
-    assert vector_plan([_Fake(x), _Fake(_aligned(1024, BF16))], [], _Fake(_aligned(1024, BF16)), f32, BF16) == BF16
+    assert (
+        vector_plan(
+            [_Fake(x), _Fake(_aligned(1024, BF16))], [], _Fake(_aligned(1024, BF16)), f32, BF16
+        )
+        == BF16
+    )
     assert vector_plan([_Fake(x[1:1001])], [], None, f32) is None  # 2-byte offset: unaligned
     assert vector_plan([_Fake(x[::2])], [], None, f32) is None  # strided: ElementwiseKernel
     assert vector_plan([_Fake(x)], [], None, f64) is None  # bfloat16 computes in float32
@@ -460,17 +567,24 @@ class _DeviceLike:
     def __init__(self, dtype):
         self.dtype = dtype
         self.shape = (8,)
-        self.__cuda_array_interface__ = {"shape": (8,), "typestr": "<V2", "data": (0, False), "version": 2}
+        self.__cuda_array_interface__ = {
+            "shape": (8,),
+            "typestr": "<V2",
+            "data": (0, False),
+            "version": 2,
+        }
 
 
 def test_numba_cuda_refuses_bf16_naming_the_cupy_backend():
     torch = pytest.importorskip("torch", reason="torch.bfloat16 operands (the torch extra)")
     for dt in (BF16, torch.bfloat16):
         x = _DeviceLike(dt)
-        for call in (lambda: iglu_np.iglu(x, backend="numba_cuda"),
-                     lambda: iglu_np.iglu.backward(x, x, backend="numba_cuda"),
-                     lambda: iglu_np.iglu.backward_params(x, x, backend="numba_cuda"),
-                     lambda: iglu_np.iglu.backward_all(x, x, backend="numba_cuda")):
+        for call in (
+            lambda: iglu_np.iglu(x, backend="numba_cuda"),
+            lambda: iglu_np.iglu.backward(x, x, backend="numba_cuda"),
+            lambda: iglu_np.iglu.backward_params(x, x, backend="numba_cuda"),
+            lambda: iglu_np.iglu.backward_all(x, x, backend="numba_cuda"),
+        ):
             with pytest.raises(TypeError, match=r"iglu: x is bfloat16.*numba_cuda.*cupy backend"):
                 call()
     f = _DeviceLike(np.dtype(np.float32))
@@ -495,22 +609,53 @@ def test_bf16_arrays_are_recognised_by_name():
 def test_gpu_bench_takes_bf16():
     from iglu_np.cli import bench_gpu
 
-    assert bench_gpu.data_dtype("bfloat16") == BF16 and bench_gpu.data_dtype("float16") == np.float16
+    assert (
+        bench_gpu.data_dtype("bfloat16") == BF16 and bench_gpu.data_dtype("float16") == np.float16
+    )
     with pytest.raises(ValueError, match="bfloat16"):
         bench_gpu.data_dtype("int8")
-    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": "2", "jax": None,
-            "size": 1024, "rows": [
-                {"dtype": "bfloat16", "name": "(copy limit)", "fwd_ms": 0.1, "bwd_ms": 0.15},
-                {"dtype": "bfloat16", "name": "gelu", "fwd_ms": 0.11, "bwd_ms": 0.3, "torch_fwd_ms": 0.2},
-            ]}
-    assert "| bfloat16 | gelu | 0.110 (1.10x) | 0.300 (2.00x) | 0.200 (2.00x) |" in bench_gpu.markdown(data)
+    data = {
+        "device": "Test GPU",
+        "cupy": "14",
+        "numba_cuda": "n/a",
+        "torch": "2",
+        "jax": None,
+        "size": 1024,
+        "rows": [
+            {"dtype": "bfloat16", "name": "(copy limit)", "fwd_ms": 0.1, "bwd_ms": 0.15},
+            {
+                "dtype": "bfloat16",
+                "name": "gelu",
+                "fwd_ms": 0.11,
+                "bwd_ms": 0.3,
+                "torch_fwd_ms": 0.2,
+            },
+        ],
+    }
+    assert (
+        "| bfloat16 | gelu | 0.110 (1.10x) | 0.300 (2.00x) | 0.200 (2.00x) |"
+        in bench_gpu.markdown(data)
+    )
 
 
 def test_gpu_bench_cli_names_the_dtypes():
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "iglu_np.cli", "bench", "--device", "gpu", "--dtype",
-                        "bfloat17", "iglu"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "iglu_np.cli",
+            "bench",
+            "--device",
+            "gpu",
+            "--dtype",
+            "bfloat17",
+            "iglu",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "bfloat16" in r.stderr and "'bfloat17'" in r.stderr, r.stderr
 
 
@@ -539,8 +684,9 @@ def _close_sum(got, want, terms, what):
     """A float64 sum of the same float32 terms in another order, rounded to float32."""
     scale = float(np.sum(np.abs(terms.astype(np.float64)))) or 1.0
     got, want = float(got), float(want)
-    assert got == want or abs(got - want) <= 1e-10 * scale + 2 * float(np.spacing(np.float32(abs(want)))), (
-        f"{what}: gpu {got!r} cpu {want!r} (scale {scale:.3g})")
+    assert got == want or abs(got - want) <= 1e-10 * scale + 2 * float(
+        np.spacing(np.float32(abs(want)))
+    ), f"{what}: gpu {got!r} cpu {want!r} (scale {scale:.3g})"
 
 
 @pytest.mark.gpu
@@ -553,8 +699,11 @@ def test_cupy_bf16_matches_the_cpu_definition(name):
     g = _to_bf16(np.linspace(-2, 2, x.size))
     xd, gd = cupy.asarray(x), cupy.asarray(g)
     with np.errstate(all="ignore"):
-        want = {"fwd": _to_bf16(act(_f32(x), **ps)), "dx": _to_bf16(act.dx(_f32(x), **ps)),
-                "bwd": _to_bf16(act.backward(_f32(x), _f32(g), **ps))}
+        want = {
+            "fwd": _to_bf16(act(_f32(x), **ps)),
+            "dx": _to_bf16(act.dx(_f32(x), **ps)),
+            "bwd": _to_bf16(act.backward(_f32(x), _f32(g), **ps)),
+        }
         want_dp = {p: _to_bf16(v) for p, v in act.dparams(_f32(x), **ps).items()}
     y = act(xd, **ps)
     assert isinstance(y, cupy.ndarray) and y.dtype == BF16
@@ -565,7 +714,9 @@ def test_cupy_bf16_matches_the_cpu_definition(name):
         _same_bf16(cupy.asnumpy(v), want_dp[p], f"{name} d_{p}")
     # the ElementwiseKernel (strided views) gives the same bits as the vector kernels
     _same_bf16(cupy.asnumpy(act(xd[::2], **ps)), want["fwd"][::2], f"{name} fwd strided")
-    _same_bf16(cupy.asnumpy(act.backward(xd[::2], gd[::2], **ps)), want["bwd"][::2], f"{name} bwd strided")
+    _same_bf16(
+        cupy.asnumpy(act.backward(xd[::2], gd[::2], **ps)), want["bwd"][::2], f"{name} bwd strided"
+    )
     o = cupy.empty_like(xd)
     assert act(xd, out=o, **ps) is o
     _same_bf16(cupy.asnumpy(o), want["fwd"], f"{name} fwd out=")
@@ -580,7 +731,10 @@ def test_cupy_bf16_matches_the_cpu_definition(name):
         gx, ga = act.backward_all(xf, gf, **ps)
         _same_bf16(cupy.asnumpy(gx), want_x, f"{name} backward_all grad_x")
         for p in act.param_names:
-            assert bp[p].dtype == np.float32 and ga[p].dtype == np.float32, (bp[p].dtype, ga[p].dtype)
+            assert bp[p].dtype == np.float32 and ga[p].dtype == np.float32, (
+                bp[p].dtype,
+                ga[p].dtype,
+            )
             _close_sum(cupy.asnumpy(bp[p]), want_bp[p], terms[p], f"{name} backward_params {p}")
             _close_sum(cupy.asnumpy(ga[p]), want_bp[p], terms[p], f"{name} backward_all {p}")
 
@@ -592,7 +746,9 @@ def test_cupy_bf16_beside_float32_computes_float32():
     g = np.linspace(-2, 2, x.size).astype(np.float32)
     r = iglu_np.iglu.backward(cupy.asarray(x), cupy.asarray(g))
     assert r.dtype == np.float32
-    H.assert_same_bits(cupy.asnumpy(r), iglu_np.iglu.backward(_f32(x), g), "iglu bwd bf16 x, float32 g")
+    H.assert_same_bits(
+        cupy.asnumpy(r), iglu_np.iglu.backward(_f32(x), g), "iglu bwd bf16 x, float32 g"
+    )
 
 
 @pytest.mark.gpu
@@ -608,7 +764,10 @@ def test_cupy_bf16_with_a_parameter_beyond_float32_rounds_through_float32():
 def test_cupy_float16_with_a_parameter_beyond_float32_stays_float16():
     cupy = pytest.importorskip("cupy")
     x = np.linspace(-4, 4, 4096).astype(np.float16)  # contiguous: the vector kernels' shape
-    for f in (lambda a: iglu_np.iglu(a, sigma=1e39), lambda a: iglu_np.iglu.backward(a, a, sigma=1e39)):
+    for f in (
+        lambda a: iglu_np.iglu(a, sigma=1e39),
+        lambda a: iglu_np.iglu.backward(a, a, sigma=1e39),
+    ):
         got, want = f(cupy.asarray(x)), f(x)
         assert got.dtype == want.dtype == np.float16
         assert H.ulp_diff(cupy.asnumpy(got), want).max() <= 1

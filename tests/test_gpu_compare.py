@@ -1,6 +1,7 @@
 """The real-GPU tests' comparisons, checked without a GPU: they take N-d arrays (the old
 ``_close`` indexed an N-d array with a flat index and could never pass), fail where they
 should, and count ulp of the spec's scale only where the value cancels."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -21,6 +21,7 @@
 Every activation's kernels translate to C++; a completeness test fails naming any that
 does not.
 """
+
 from __future__ import annotations
 
 import platform
@@ -42,7 +43,9 @@ NO_EXPLICIT_FMA = ("-DIGLU_NP_NO_EXPLICIT_FMA",)
 
 def _spec_with_cxx(name):
     spec = REGISTRY[name]
-    assert cxx.has_cxx(spec), f"{name}: its kernels do not translate to C++ ({spec.module}; cxx.spec_cxx names the line)"
+    assert cxx.has_cxx(spec), (
+        f"{name}: its kernels do not translate to C++ ({spec.module}; cxx.spec_cxx names the line)"
+    )
     return spec
 
 
@@ -82,7 +85,9 @@ def test_untranslatable_kernel_error_is_clear():
     from dataclasses import replace
 
     spec = replace(REGISTRY["iglu"], f=_bad_kernel)
-    with pytest.raises(cxx.NoCxxError, match=r"iglu: .*_bad_kernel \(line \d+\): unsupported statement While"):
+    with pytest.raises(
+        cxx.NoCxxError, match=r"iglu: .*_bad_kernel \(line \d+\): unsupported statement While"
+    ):
         cxx.preamble(spec)
     assert not cxx.has_cxx(spec)
 
@@ -143,7 +148,9 @@ def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
         assert log == "", f"{name} ({ddt} program): NVRTC log not empty:\n{log}"
         # Horner's steps and two_prod are explicit fma (as on the CPU); without them, none may remain
         plain, _ = H.nvrtc_compile(H.cupy_like_program(kernels), cc, options=NO_EXPLICIT_FMA)
-        assert ptx.count(".entry ") == len(kernels), f"{name} ({ddt}): expected {len(kernels)} entries"
+        assert ptx.count(".entry ") == len(kernels), (
+            f"{name} ({ddt}): expected {len(kernels)} entries"
+        )
         for k in kernels:
             assert f".entry {k.entry}(" in ptx, k.entry
             st = H.ptx_stats(ptx, k.entry)
@@ -152,7 +159,8 @@ def test_nvrtc_compiles_without_warnings(nvrtc, name, cc):
             # FMA, no hardware approximation (CUDA's expf is ex2.approx.ftz: tails went to 0)
             assert st["ftz"] == 0, f"{k.entry}: flush-to-zero instructions"
             assert H.ptx_stats(plain, k.entry)["fma"] == 0, (
-                f"{k.entry}: FMA contraction (the CPU rounds a*b and +c apart)")
+                f"{k.entry}: FMA contraction (the CPU rounds a*b and +c apart)"
+            )
             assert st["mufu"] == 0, f"{k.entry}: approximate hardware math"
             if k.ks.compute == "float" and not explicit_f64:
                 assert st["f64_ops"] == 0, f"{k.entry}: float64 instructions in a float32 kernel"
@@ -260,7 +268,9 @@ def test_host_cxx_matches_cpu(host_libs, name):
     """No FMA contraction (as Numba on the CPU): the C++ is translated from the same Python
     as the CPU ufuncs, elementary functions included, so the results agree to the last bit,
     subnormals and the tails included."""
-    _host_vs_cpu(host_libs, name, ("-O2", "-ffp-contract=off"), max_ulp=0 if _cpu_uses_vmath() else CROSS_ULP)
+    _host_vs_cpu(
+        host_libs, name, ("-O2", "-ffp-contract=off"), max_ulp=0 if _cpu_uses_vmath() else CROSS_ULP
+    )
 
 
 def _has_fma():
@@ -271,8 +281,10 @@ def _has_fma():
         return False
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not _has_fma(),
-                    reason="needs an x86-64 CPU with FMA to mimic the GPU's contraction")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or not _has_fma(),
+    reason="needs an x86-64 CPU with FMA to mimic the GPU's contraction",
+)
 @pytest.mark.parametrize("name", H.default_or_slow(NAMES))
 def test_host_cxx_with_fma_contraction_within_ulp(host_libs, name):
     """NVRTC contracts a*b+c into FMA by default: the stable forms must not depend on the
@@ -286,8 +298,11 @@ def _extreme_cases():
     return _EXTREME_PARAMETERS
 
 
-@pytest.mark.parametrize("name,dtype,xs,params", _extreme_cases(),
-                         ids=[f"{n}-{d.__name__}-{i}" for i, (n, d, _, _) in enumerate(_extreme_cases())])
+@pytest.mark.parametrize(
+    "name,dtype,xs,params",
+    _extreme_cases(),
+    ids=[f"{n}-{d.__name__}-{i}" for i, (n, d, _, _) in enumerate(_extreme_cases())],
+)
 def test_host_cxx_matches_cpu_at_extreme_parameters(host_libs, name, dtype, xs, params):
     """The accuracy harness's extreme parameters (over- and underflow guards, rescaled
     forms, fallbacks chosen by selects), every kernel kind: the C++ takes the same

@@ -5,6 +5,7 @@ Every test is ``@pytest.mark.gpu``: conftest skips them with the reason when no 
 present (CI has none; the GPU code is verified there by test_gpu_cxx.py and
 test_gpu_numba_cuda.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,18 @@ def _close(got, want, dt, what, spec=None, kind=None, x=None, g=None, ps=None):
     d = H.ulp_diff(got, want)
     lim = 1 if got.dtype == np.float16 else CROSS_ULP
     if spec is not None and got.dtype != np.float16:
-        d = H.in_scale_units(spec, kind, got.dtype.type, np.asarray(x).ravel(),
-                             None if g is None else np.asarray(g).ravel(), ps, got, want, d, lim)
+        d = H.in_scale_units(
+            spec,
+            kind,
+            got.dtype.type,
+            np.asarray(x).ravel(),
+            None if g is None else np.asarray(g).ravel(),
+            ps,
+            got,
+            want,
+            d,
+            lim,
+        )
     i = int(np.argmax(d))
     assert d[i] <= lim, f"{what}: {d[i]} ulp at {i}: gpu {got[i]!r} cpu {want[i]!r}"
 
@@ -105,11 +116,32 @@ def test_numba_cuda_matches_cpu(cuda, name, dt):
     xd, gd = cuda.to_device(x), cuda.to_device(g)
     spec = act.spec
     _close(act(xd, **ps).copy_to_host(), act(x, **ps), dt, f"{name} fwd", spec, "fwd", x, None, ps)
-    _close(act.dx(xd, **ps).copy_to_host(), act.dx(x, **ps), dt, f"{name} dx", spec, "dx", x, None, ps)
-    _close(act.backward(xd, gd, **ps).copy_to_host(), act.backward(x, g, **ps), dt, f"{name} bwd",
-           spec, "bwd", x, g, ps)
+    _close(
+        act.dx(xd, **ps).copy_to_host(), act.dx(x, **ps), dt, f"{name} dx", spec, "dx", x, None, ps
+    )
+    _close(
+        act.backward(xd, gd, **ps).copy_to_host(),
+        act.backward(x, g, **ps),
+        dt,
+        f"{name} bwd",
+        spec,
+        "bwd",
+        x,
+        g,
+        ps,
+    )
     for p, v in act.dparams(xd, **ps).items():
-        _close(v.copy_to_host(), act.dparams(x, **ps)[p], dt, f"{name} d_{p}", spec, "d_" + p, x, None, ps)
+        _close(
+            v.copy_to_host(),
+            act.dparams(x, **ps)[p],
+            dt,
+            f"{name} d_{p}",
+            spec,
+            "d_" + p,
+            x,
+            None,
+            ps,
+        )
 
 
 @pytest.mark.parametrize("backend", ["cupy", "numba_cuda"])
@@ -125,7 +157,9 @@ def test_broadcast_params_strided_out_and_backward_params(cupy, backend):
     assert r is out or getattr(r, "data", None) is not None
     _close(cupy.asnumpy(out), act(x[:, :, ::2], sigma=sigma), np.float32, "strided fwd")
     bp = act.backward_params(xd, gd, sigma=sd, backend=backend)["sigma"]
-    want = act.backward_params(x.astype(np.float64), g.astype(np.float64), sigma=sigma.astype(np.float64))["sigma"]
+    want = act.backward_params(
+        x.astype(np.float64), g.astype(np.float64), sigma=sigma.astype(np.float64)
+    )["sigma"]
     np.testing.assert_allclose(cupy.asnumpy(bp), want, rtol=1e-5, atol=1e-6)
     bps = act.backward_params(xd, gd, sigma=1.5, backend=backend)["sigma"]
     want = act.backward_params(x.astype(np.float64), g.astype(np.float64), sigma=1.5)["sigma"]
@@ -144,22 +178,33 @@ def test_cupy_float32_parameter_array_partly_beyond_range_is_cpus_bits(cupy):
         _same(cupy.asnumpy(act(xd, beta=b)), act(x, beta=beta), "fwd")
         _same(cupy.asnumpy(act.dx(xd, beta=b)), act.dx(x, beta=beta), "dx")
         _same(cupy.asnumpy(act.backward(xd, gd, beta=b)), act.backward(x, g, beta=beta), "bwd")
-        _same(cupy.asnumpy(act.dparams(xd, beta=b)["beta"]), act.dparams(x, beta=beta)["beta"], "d_beta")
+        _same(
+            cupy.asnumpy(act.dparams(xd, beta=b)["beta"]),
+            act.dparams(x, beta=beta)["beta"],
+            "d_beta",
+        )
         out = cupy.empty_like(xd)
         act(xd, beta=b, out=out)
         _same(cupy.asnumpy(out), act(x, beta=beta), "fwd out=")
-        np.testing.assert_allclose(cupy.asnumpy(act.backward_params(xd, gd, beta=b)["beta"]),
-                                   act.backward_params(x, g, beta=beta)["beta"], rtol=1e-6)
+        np.testing.assert_allclose(
+            cupy.asnumpy(act.backward_params(xd, gd, beta=b)["beta"]),
+            act.backward_params(x, g, beta=beta)["beta"],
+            rtol=1e-6,
+        )
 
 
 def test_dispatch_and_mixing(cupy, cuda):
     x = cupy.linspace(-3, 3, 101, dtype=np.float32)
     assert isinstance(iglu_np.iglu(x), cupy.ndarray)
     dx = cuda.to_device(np.linspace(-3, 3, 101, dtype=np.float32))
-    assert not isinstance(iglu_np.iglu(dx), cupy.ndarray) and hasattr(iglu_np.iglu(dx), "copy_to_host")
+    assert not isinstance(iglu_np.iglu(dx), cupy.ndarray) and hasattr(
+        iglu_np.iglu(dx), "copy_to_host"
+    )
     # host parameter array with a device x: moved to the device
     s = np.full(101, 2.0, np.float32)
-    np.testing.assert_allclose(cupy.asnumpy(iglu_np.iglu(x, sigma=s)), iglu_np.iglu(cupy.asnumpy(x), sigma=s), rtol=1e-6)
+    np.testing.assert_allclose(
+        cupy.asnumpy(iglu_np.iglu(x, sigma=s)), iglu_np.iglu(cupy.asnumpy(x), sigma=s), rtol=1e-6
+    )
     # a host grad_out with a device x: refused
     with pytest.raises(TypeError, match="host"):
         iglu_np.iglu.backward(x, np.ones(101, np.float32))
@@ -195,8 +240,9 @@ def test_backward_all_matches_cpu(cupy, name, dt):
     for p, v in want_p.items():
         scale = float(np.sum(np.abs(g.astype(np.float64) * terms[p].astype(np.float64)))) or 1.0
         got = float(cupy.asnumpy(gp[p]))
-        assert got == float(v) or abs(got - float(v)) <= 1e-10 * scale + 2 * float(np.spacing(np.abs(v).astype(dt))), (
-            f"{name} d_{p}: gpu {got!r} cpu {float(v)!r} (scale {scale:.3g})")
+        assert got == float(v) or abs(got - float(v)) <= 1e-10 * scale + 2 * float(
+            np.spacing(np.abs(v).astype(dt))
+        ), f"{name} d_{p}: gpu {got!r} cpu {float(v)!r} (scale {scale:.3g})"
 
 
 @pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
@@ -217,8 +263,11 @@ def test_numba_cuda_thin_path_gives_the_general_forms_bits(cupy, cuda, name, dt)
         xd, gd = cupy.asarray(x), cupy.asarray(g)
         xm = cupy.empty(n + 1, dt)[1:]
         xm[...] = xd
-        for kind, fn, args, margs in (("fwd", act, (xd,), (xm,)), ("dx", act.dx, (xd,), (xm,)),
-                                      ("bwd", act.backward, (xd, gd), (xm, gd))):
+        for kind, fn, args, margs in (
+            ("fwd", act, (xd,), (xm,)),
+            ("dx", act.dx, (xd,), (xm,)),
+            ("bwd", act.backward, (xd, gd), (xm, gd)),
+        ):
             got = cupy.asnumpy(fn(*args, backend="numba_cuda", **ps))
             ref = cupy.asnumpy(fn(*margs, backend="numba_cuda", **ps))
             want = fn(*(cupy.asnumpy(a) for a in args), **ps)
@@ -226,14 +275,31 @@ def test_numba_cuda_thin_path_gives_the_general_forms_bits(cupy, cuda, name, dt)
             if name == "relu":
                 _same(got, want, f"{name} {kind} n={n}")
             else:
-                _close(got, want, dt, f"{name} {kind} n={n}", act.spec, kind, x,
-                       g if kind == "bwd" else None, ps)
-        ran = {k[1] for k in nc._thin_path._plans if k[0] == name and k[2][0] == np.dtype(dt) and k[3] is cupy.ndarray}
+                _close(
+                    got,
+                    want,
+                    dt,
+                    f"{name} {kind} n={n}",
+                    act.spec,
+                    kind,
+                    x,
+                    g if kind == "bwd" else None,
+                    ps,
+                )
+        ran = {
+            k[1]
+            for k in nc._thin_path._plans
+            if k[0] == name and k[2][0] == np.dtype(dt) and k[3] is cupy.ndarray
+        }
         assert ran >= {"fwd", "dx", "bwd"}, ran  # the thin path ran
         # Numba device arrays, out= and in place
         dx = cuda.to_device(x)
         o = cuda.device_array(n, dt)
         assert act(dx, out=o, **ps) is o
-        _same(o.copy_to_host(), cupy.asnumpy(act(xm, backend="numba_cuda", **ps)), f"{name} numba out=")
+        _same(
+            o.copy_to_host(),
+            cupy.asnumpy(act(xm, backend="numba_cuda", **ps)),
+            f"{name} numba out=",
+        )
         act(dx, out=dx, **ps)
         _same(dx.copy_to_host(), o.copy_to_host(), f"{name} in place")

@@ -17,6 +17,7 @@ The full compile matrix (every kind x dtype x cc x scalar/array parameters, plus
 functions on their own) is ``slow``; by default every activation's fwd and bwd kernels
 and the whole IGLU matrix are compiled.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,10 @@ def nc():
     try:
         nc.compile_ptx("iglu", "fwd", np.float32, cc=(8, 0))
     except Exception as e:  # NVVM wheel missing: say so instead of failing every case
-        pytest.skip(f"numba-cuda cannot compile PTX here ({type(e).__name__}: {e}); "
-                    "pip install 'numba-cuda[cu13]'")
+        pytest.skip(
+            f"numba-cuda cannot compile PTX here ({type(e).__name__}: {e}); "
+            "pip install 'numba-cuda[cu13]'"
+        )
     return nc
 
 
@@ -104,8 +107,9 @@ def _check_hygiene(ptx, name, kind, dt, arrays, exact=True):
         assert st["f64_ops"] == 0, f"{name}.{kind} float32 kernel has float64 instructions"
     if not kind.startswith("sum"):
         n_data = 2 if kind.startswith("bwd") else 1
-        H.assert_single_pass(ptx, n_data + sum(arrays), f"{name}.{kind} {dt}",
-                             n_always=None if exact else n_data)
+        H.assert_single_pass(
+            ptx, n_data + sum(arrays), f"{name}.{kind} {dt}", n_always=None if exact else n_data
+        )
     return st
 
 
@@ -115,7 +119,9 @@ def _ptxas_check(ptx, cc):
         return None
     info = H.ptxas_info(ptx, cc)
     spills = H.spill_summary(info)
-    assert spills == (0, 0, 0), f"ptxas reports spills/stack (store, load, frame) = {spills}:\n{info}"
+    assert spills == (0, 0, 0), (
+        f"ptxas reports spills/stack (store, load, frame) = {spills}:\n{info}"
+    )
     return info
 
 
@@ -226,7 +232,12 @@ def test_handles_without_importing_cuda():
     from iglu_np.backends.cuda import numba_cuda as nc
 
     class CAI:
-        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3}
+        __cuda_array_interface__ = {
+            "shape": (1,),
+            "typestr": "<f4",
+            "data": (0, False),
+            "version": 3,
+        }
 
     assert nc.handles(CAI())
     assert not nc.handles(np.zeros(3))
@@ -260,14 +271,19 @@ SIM_DEFAULT = {"iglu", "relu", "xielu", "hardtanh"}
 
 
 def _sim_names(session) -> list:
-    names = {item.callspec.params["name"] for item in session.items
-             if item.originalname == "test_simulator_matches_cpu"}
+    names = {
+        item.callspec.params["name"]
+        for item in session.items
+        if item.originalname == "test_simulator_matches_cpu"
+    }
     return sorted(names)
 
 
 @pytest.fixture(scope="module")
 def sim_results(tmp_path_factory, request):
-    pytest.importorskip("numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]")
+    pytest.importorskip(
+        "numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]"
+    )
     out = tmp_path_factory.mktemp("sim") / "sim.npz"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     root = str(HERE.parent)
@@ -277,7 +293,10 @@ def sim_results(tmp_path_factory, request):
     only = only or _sim_names(request.session)
     r = subprocess.run(
         [sys.executable, str(HERE / "gpu_helpers_sim.py"), str(out), *only],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert r.returncode == 0, f"simulator child failed:\n{r.stdout}\n{r.stderr}"
     d = np.load(out)
@@ -288,8 +307,9 @@ def _case_ids():
     ids = []
     for name in sorted(REGISTRY):
         for c in ("1d_float32", "1d_float64", "2d_float32", "2d_float64", "1d_float16"):
-            ids.append((name, c) if name in SIM_DEFAULT
-                       else pytest.param(name, c, marks=pytest.mark.slow))
+            ids.append(
+                (name, c) if name in SIM_DEFAULT else pytest.param(name, c, marks=pytest.mark.slow)
+            )
     return ids
 
 
@@ -310,7 +330,9 @@ def _compare(got, want, dt, what):
     with np.errstate(all="ignore"):
         d = np.where(np.abs(got - want) <= 4 * np.finfo(got.dtype).tiny, 0.0, d)
     worst = np.nanmax(d) if d.size else 0.0
-    assert worst <= ULP[dt], f"{what}: {worst} ulp; got {got.ravel()[np.argmax(d)]!r}, cpu {want.ravel()[np.argmax(d)]!r}"
+    assert worst <= ULP[dt], (
+        f"{what}: {worst} ulp; got {got.ravel()[np.argmax(d)]!r}, cpu {want.ravel()[np.argmax(d)]!r}"
+    )
 
 
 # One worker runs the simulator child (every activation, as Python: the costly fixture);
@@ -324,7 +346,7 @@ def test_simulator_matches_cpu(sim_results, name, case):
     err = sim_results.get(pre + "error")
     assert err is None, f"simulator run failed: {err}"
     act = iglu_np.get(name)
-    r = {k[len(pre):]: v for k, v in sim_results.items() if k.startswith(pre)}
+    r = {k[len(pre) :]: v for k, v in sim_results.items() if k.startswith(pre)}
     x = r["x"]
     dt = case.split("_", 1)[1]
     if dt == "float16":
@@ -346,16 +368,32 @@ def test_simulator_matches_cpu(sim_results, name, case):
         _compare(r["all_bwd"], act.backward(x, g, **ps), dt, f"{name} backward_all grad_x")
         for p in act.param_names:
             a, b = np.float64(r["all_sum_" + p]), np.float64(r["sum_" + p])
-            assert r["all_sum_" + p].shape == () and (a == b or abs(a - b) <= 8 * np.finfo(x.dtype).eps * abs(b)
-                                                      or not np.isfinite(b)), (name, p, a, b)
+            assert r["all_sum_" + p].shape == () and (
+                a == b or abs(a - b) <= 8 * np.finfo(x.dtype).eps * abs(b) or not np.isfinite(b)
+            ), (name, p, a, b)
     # backward_params: the simulator sums in float64; compare with a float64 CPU sum of
     # the CPU elementwise gradients, relative to the sum of magnitudes.
     for p in act.param_names:
         got = r["sum_" + p]
-        full = np.asarray(act.backward_params(x.astype(np.float64), g.astype(np.float64), **{k: (np.asarray(v, np.float64) if not isinstance(v, float) else v) for k, v in ps.items()})[p])
+        full = np.asarray(
+            act.backward_params(
+                x.astype(np.float64),
+                g.astype(np.float64),
+                **{
+                    k: (np.asarray(v, np.float64) if not isinstance(v, float) else v)
+                    for k, v in ps.items()
+                },
+            )[p]
+        )
         assert got.shape == np.shape(ps[p]) and got.dtype == x.dtype, (got.shape, got.dtype)
         with np.errstate(all="ignore"):
-            terms = np.abs(act._ufunc("bwd_" + p)(x.astype(np.float64), g.astype(np.float64), *[np.asarray(ps[q], np.float64) for q in act.param_names]))
+            terms = np.abs(
+                act._ufunc("bwd_" + p)(
+                    x.astype(np.float64),
+                    g.astype(np.float64),
+                    *[np.asarray(ps[q], np.float64) for q in act.param_names],
+                )
+            )
         fin = np.isfinite(full)
         with np.errstate(invalid="ignore"):  # inf - inf where both sums overflowed
             diff = np.abs(got.astype(np.float64) - full)
@@ -396,30 +434,41 @@ print("ok")
 def test_out_overlapping_an_operand_is_buffered_in_the_simulator():
     """#20: an out= that overlaps grad_out as a shifted view gives numpy's answer on the
     Numba CUDA backend too (computed into a temporary, then copied)."""
-    pytest.importorskip("numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]")
+    pytest.importorskip(
+        "numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]"
+    )
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    r = subprocess.run([sys.executable, "-c", _OVERLAP_CHILD], capture_output=True, text=True,
-                       env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _OVERLAP_CHILD], capture_output=True, text=True, env=env, timeout=600
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 
 # --------------------------------------------------------------------------- vector form
 # (name, kind, compute dtype, data dtype): one float16 case (eight halves per 16-byte
 # access), float64 (two per access), a prepared kernel (xielu) and a two-input one (bwd)
-VECTOR_CASES = [("iglu", "fwd", "float32", "float32"), ("relu", "fwd", "float32", "float32"),
-                ("iglu", "bwd", "float32", "float16"), ("gelu_tanh", "bwd", "float64", "float64"),
-                ("xielu", "dx", "float32", "float32")]
-VECTOR_OPS = {"float32": ("ld.global.v4.f32", "st.global.v4.f32"),
-              "float64": ("ld.global.v2.f64", "st.global.v2.f64"),
-              # halves move as 32-bit words: NVVM splits a vector of eight halves in two
-              "float16": ("ld.global.v4.u32", "st.global.v4.u32")}
+VECTOR_CASES = [
+    ("iglu", "fwd", "float32", "float32"),
+    ("relu", "fwd", "float32", "float32"),
+    ("iglu", "bwd", "float32", "float16"),
+    ("gelu_tanh", "bwd", "float64", "float64"),
+    ("xielu", "dx", "float32", "float32"),
+]
+VECTOR_OPS = {
+    "float32": ("ld.global.v4.f32", "st.global.v4.f32"),
+    "float64": ("ld.global.v2.f64", "st.global.v2.f64"),
+    # halves move as 32-bit words: NVVM splits a vector of eight halves in two
+    "float16": ("ld.global.v4.u32", "st.global.v4.u32"),
+}
 
 
 # every case on raw pointers (the thin path's launch), the first on 1-D arrays too (the
 # general path's and the simulator's signature: same body)
-@pytest.mark.parametrize("name,kind,dt,ddt,pointers",
-                         [(*c, True) for c in VECTOR_CASES] + [(*VECTOR_CASES[0], False)],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "name,kind,dt,ddt,pointers",
+    [(*c, True) for c in VECTOR_CASES] + [(*VECTOR_CASES[0], False)],
+    ids=lambda v: str(v),
+)
 def test_vector_form_ptx_loads_and_stores_16_bytes(nc, name, kind, dt, ddt, pointers):
     ptx = nc.compile_ptx(name, kind, dt, vector=True, pointers=pointers, data_dtype=ddt)
     ops = H.ptx_instructions(ptx)
@@ -429,7 +478,10 @@ def test_vector_form_ptx_loads_and_stores_16_bytes(nc, name, kind, dt, ddt, poin
     stores = [o for o in ops if o.startswith("st.global")]
     # the loop's accesses are all vector ones (NVVM may unroll it: k copies); the only
     # scalar accesses are the tail's, one per input and one store
-    assert sum(o == vld for o in loads) >= n_in and sum(o == vst for o in stores) >= 1, (loads, stores)
+    assert sum(o == vld for o in loads) >= n_in and sum(o == vst for o in stores) >= 1, (
+        loads,
+        stores,
+    )
     assert sum(o == vld for o in loads) == n_in * sum(o == vst for o in stores)
     assert len(loads) - sum(o == vld for o in loads) == n_in, loads
     assert len(stores) - sum(o == vst for o in stores) == 1, stores
@@ -547,11 +599,18 @@ def test_vector_and_thin_paths_give_the_general_forms_bits_in_the_simulator():
     sizes below, at and past one vector, tails of every length, float16/32/64, fwd, dx
     and bwd (a misaligned grad_out alone), out= aligned, misaligned and in place; relu
     bit for bit with the CPU, the rest close (the simulator computes with libm)."""
-    pytest.importorskip("numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]")
+    pytest.importorskip(
+        "numba_cuda", reason="numba-cuda not installed; pip install -e .[gpu-verify]"
+    )
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", _VECTOR_SIM_CHILD], capture_output=True, text=True,
-                       env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _VECTOR_SIM_CHILD],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-2000:] + r.stderr[-3000:]
     assert int(r.stdout.split()[1]) == 4 * 3 * 7 * 3
 
@@ -561,9 +620,14 @@ class _CAI:
     """A device array as its CUDA array interface (never dereferenced here)."""
 
     def __init__(self, n, dtype=np.float32, address=1 << 20, strides=None, shape=None):
-        self.__cuda_array_interface__ = {"shape": shape or (n,), "typestr": np.dtype(dtype).str,
-                                         "strides": strides, "data": (address, False), "version": 3,
-                                         "stream": None}
+        self.__cuda_array_interface__ = {
+            "shape": shape or (n,),
+            "typestr": np.dtype(dtype).str,
+            "strides": strides,
+            "data": (address, False),
+            "version": 3,
+            "stream": None,
+        }
 
 
 class _Recorder:
@@ -595,7 +659,11 @@ def thin(monkeypatch):
 
     monkeypatch.setattr(nc._compile, "_pointer_kernel", kernel)
     monkeypatch.setattr(nc._thin_path, "_launch_stream", lambda cuda, s: ("stream", s))
-    monkeypatch.setattr(nc._thin_path, "_allocator", lambda cuda, t, odt: (lambda shape, x, s: (_CAI(shape[0], odt, 1 << 28), 1 << 28)))
+    monkeypatch.setattr(
+        nc._thin_path,
+        "_allocator",
+        lambda cuda, t, odt: lambda shape, x, s: (_CAI(shape[0], odt, 1 << 28), 1 << 28),
+    )
     return nc, rec, kernels
 
 
@@ -619,9 +687,22 @@ def test_thin_path_launches_pointers_with_validated_parameters(thin):
     assert kernels[-1] == ("iglu", "bwd", "float32", "float32")
 
 
-@pytest.mark.parametrize("case", ["misaligned x", "misaligned out", "strided x", "mixed dtypes",
-                                  "array parameter", "out overlapping x", "out of another dtype",
-                                  "shapes differ", "bfloat16", "empty", "sum kind"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "misaligned x",
+        "misaligned out",
+        "strided x",
+        "mixed dtypes",
+        "array parameter",
+        "out overlapping x",
+        "out of another dtype",
+        "shapes differ",
+        "bfloat16",
+        "empty",
+        "sum kind",
+    ],
+)
 def test_thin_path_leaves_other_calls_to_the_general_path(thin, case):
     nc, rec, kernels = thin
     p = iglu_np._params.of("iglu")
@@ -673,9 +754,18 @@ def test_thin_path_keeps_the_parameter_errors_and_caches_no_plan(thin):
 
 
 def test_host_overhead_tool_runs_the_thin_path():
-    r = subprocess.run([sys.executable, str(HERE.parent / "tools" / "numba_cuda_host_overhead.py"),
-                        "--calls", "200"], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=str(HERE.parent)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(HERE.parent / "tools" / "numba_cuda_host_overhead.py"),
+            "--calls",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(HERE.parent)),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("us per call") == 6
 
@@ -705,7 +795,13 @@ def test_cpu_functions_compiled_after_ptx_still_lower_the_fma(nc):
     function compiled after a kernel's PTX lowers the fma (numba 0.62 found numba-cuda's
     implementation there and raised 'No definition for lowering')."""
     env = dict(os.environ, IGLU_NP_CUDA_TOOLCHAIN="numba-cuda")
-    r = subprocess.run([sys.executable, "-c", _CPU_AFTER_CUDA], env=env, capture_output=True,
-                       text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    r = subprocess.run(
+        [sys.executable, "-c", _CPU_AFTER_CUDA],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split()[-1] == "0.75"

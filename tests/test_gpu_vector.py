@@ -16,6 +16,7 @@ same launch (iglu_np.backends.codegen.cxx.vector_kernel_source). Here:
   small launch, so the grid-stride loop and the tail both run) and equals the CPU ufuncs
   bit for bit for sizes around the vector width (float16 too: its float32 result, cast).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -44,7 +45,10 @@ def _assert_f16_narrows_in_pairs(ptx, v):
     for the tail (NVVM may duplicate a pair narrowing into branches)."""
     found = _F16_NARROW.findall(H.entry_text(ptx, v.name))
     assert set(found) == {"cvt.rn.f16x2.f32", "cvt.rn.f16.f32"}, (v.name, found)
-    assert found.count("cvt.rn.f16.f32") == 1 and found.count("cvt.rn.f16x2.f32") >= v.lanes // 2, (v.name, found)
+    assert found.count("cvt.rn.f16.f32") == 1 and found.count("cvt.rn.f16x2.f32") >= v.lanes // 2, (
+        v.name,
+        found,
+    )
 
 
 @pytest.mark.parametrize("name", H.default_or_slow(NAMES))
@@ -116,9 +120,22 @@ def _sim_lib(spec, ddt, tmp_path):
     cpp.write_text(_sim_source(spec, ddt))
     inc = [f"-I{H.cuda_include_dir()}"] if ddt == "float16" else []
     r = subprocess.run(
-        [gxx, "-std=c++17", "-shared", "-fPIC", "-O1", "-ffp-contract=off", "-Wall",
-         "-Wno-unknown-pragmas", *inc, str(cpp), "-o", str(so)],
-        capture_output=True, text=True,
+        [
+            gxx,
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Wno-unknown-pragmas",
+            *inc,
+            str(cpp),
+            "-o",
+            str(so),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0 and r.stderr == "", r.stderr
     return ctypes.CDLL(str(so))
@@ -155,16 +172,27 @@ def test_vector_kernels_on_the_host_equal_the_cpu(tmp_path, name):
                 data = [x, g][: v.n_data]
                 y = np.full(x.size + 1, 7.0, dtype=ddt)  # one guard element past the end
                 fn = getattr(lib, f"sim_{v.name}")
-                fn.argtypes = [ptr] * (v.n_data + 1) + [ctypes.c_longlong] + [cval] * len(pv) + [ctypes.c_uint] * 2
+                fn.argtypes = (
+                    [ptr] * (v.n_data + 1)
+                    + [ctypes.c_longlong]
+                    + [cval] * len(pv)
+                    + [ctypes.c_uint] * 2
+                )
                 fn(*[d.ctypes.data_as(ptr) for d in data], y.ctypes.data_as(ptr), x.size, *pv, 2, 3)
                 with np.errstate(all="ignore"):
                     want = act._ufunc(kind)(*data, *pv)
                 assert y[-1] == 7.0, f"{name} {kind}: wrote past the end"
                 got = y[:-1]
-                same = (got.view(f"u{got.itemsize}") == np.asarray(want).view(f"u{got.itemsize}"))
+                same = got.view(f"u{got.itemsize}") == np.asarray(want).view(f"u{got.itemsize}")
                 same |= np.isnan(got) & np.isnan(want)
                 bad = np.nonzero(~same)[0]
-                assert bad.size == 0, (name, kind, np.dtype(ddt).name, n, [(x[i], got[i], want[i]) for i in bad[:3]])
+                assert bad.size == 0, (
+                    name,
+                    kind,
+                    np.dtype(ddt).name,
+                    n,
+                    [(x[i], got[i], want[i]) for i in bad[:3]],
+                )
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +200,9 @@ def fp16_headers():
     ok, why = H.gxx_status()
     if not ok:
         pytest.skip(why)
-    assert H.cuda_include_dir() is not None, "cuda_fp16.h not found: pip install nvidia-cuda-runtime (the gpu-verify extra)"
+    assert H.cuda_include_dir() is not None, (
+        "cuda_fp16.h not found: pip install nvidia-cuda-runtime (the gpu-verify extra)"
+    )
 
 
 @pytest.mark.parametrize("name", list(_sim_cases()))
@@ -196,10 +226,17 @@ def test_float16_vector_kernels_on_the_host_equal_the_cpu(tmp_path, fp16_headers
             data = [x, g][: v.n_data]
             y = np.full(n + 1, 7.0, dtype=np.float16)  # one guard element past the end
             fn = getattr(lib, f"sim_{v.name}")
-            fn.argtypes = [u16] * (v.n_data + 1) + [ctypes.c_longlong] + [ctypes.c_float] * len(pv) + [ctypes.c_uint] * 2
+            fn.argtypes = (
+                [u16] * (v.n_data + 1)
+                + [ctypes.c_longlong]
+                + [ctypes.c_float] * len(pv)
+                + [ctypes.c_uint] * 2
+            )
             fn(*[d.ctypes.data_as(u16) for d in data], y.ctypes.data_as(u16), n, *pv, 2, 4)
             with np.errstate(all="ignore"):
-                want = act._ufunc(kind)(*(d.astype(np.float32) for d in data), *map(np.float32, pv)).astype(np.float16)
+                want = act._ufunc(kind)(
+                    *(d.astype(np.float32) for d in data), *map(np.float32, pv)
+                ).astype(np.float16)
             assert y[-1] == 7.0, f"{name} {kind}: wrote past the end"
             H.assert_same_bits(y[:-1], want, f"{name} {kind} float16 n={n}")
 
@@ -233,20 +270,52 @@ def test_float16_pair_conversions_round_each_lane_as_the_scalar_and_numpy(tmp_pa
     float32 neighbours and midpoints (ties both ways), subnormals, overflow to inf,
     random patterns; the first float lands in the low half. ``__half22float2`` is exact
     for all 65,536 values."""
-    lib, log = H.compile_host(_FP16_NARROWING, "fp16_pairs", ("-O2", "-ffp-contract=off", "-Wall",
-                                                             f"-I{H.cuda_include_dir()}"), tmp_path)
+    lib, log = H.compile_host(
+        _FP16_NARROWING,
+        "fp16_pairs",
+        ("-O2", "-ffp-contract=off", "-Wall", f"-I{H.cuda_include_dir()}"),
+        tmp_path,
+    )
     assert log == "", log
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     f = h.view(np.float16).astype(np.float32).view(np.uint32)
     fin = np.isfinite(h.view(np.float16))
     f = f[fin]
     with np.errstate(over="ignore"):  # 65504's next is inf
-        nxt = np.nextafter(h.view(np.float16)[fin], np.float16(np.inf)).astype(np.float32).view(np.uint32)
+        nxt = (
+            np.nextafter(h.view(np.float16)[fin], np.float16(np.inf))
+            .astype(np.float32)
+            .view(np.uint32)
+        )
     mid = ((f.astype(np.uint64) + nxt) // 2).astype(np.uint32)  # same sign: the float32 midpoint
-    u = np.concatenate([f, f + 1, f - 1, mid, mid + 1, mid - 1,
-                        np.random.default_rng(7).integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32),
-                        np.array([0x477FEFFF, 0x477FF000, 0x477FF001, 0x33000000, 0x33000001, 0x337FFFFF,
-                                  0x7F800000, 0xFF800000, 0x00000001, 0x80000001], np.uint32)])
+    u = np.concatenate(
+        [
+            f,
+            f + 1,
+            f - 1,
+            mid,
+            mid + 1,
+            mid - 1,
+            np.random.default_rng(7)
+            .integers(0, 1 << 32, 200_000, dtype=np.uint64)
+            .astype(np.uint32),
+            np.array(
+                [
+                    0x477FEFFF,
+                    0x477FF000,
+                    0x477FF001,
+                    0x33000000,
+                    0x33000001,
+                    0x337FFFFF,
+                    0x7F800000,
+                    0xFF800000,
+                    0x00000001,
+                    0x80000001,
+                ],
+                np.uint32,
+            ),
+        ]
+    )
     u = u[: u.size // 2 * 2]
     x = u.view(np.float32)
     nan = np.isnan(x)
@@ -257,7 +326,11 @@ def test_float16_pair_conversions_round_each_lane_as_the_scalar_and_numpy(tmp_pa
         x64, r64 = x.astype(np.float64), r.astype(np.float64)
         a = np.where(r64 <= x64, r, np.nextafter(r, np.float16(-np.inf)))
         b = np.nextafter(a, np.float16(np.inf))
-        tie = np.isfinite(a) & np.isfinite(b) & (x64 - a.astype(np.float64) == b.astype(np.float64) - x64)
+        tie = (
+            np.isfinite(a)
+            & np.isfinite(b)
+            & (x64 - a.astype(np.float64) == b.astype(np.float64) - x64)
+        )
     assert np.count_nonzero(tie) > 50_000  # round half to even is exercised, both ways
     assert np.count_nonzero(tie & (want % 2 == 0) & (r64 > x64)) > 10_000
     assert np.count_nonzero(tie & (want % 2 == 0) & (r64 < x64)) > 10_000
@@ -278,7 +351,10 @@ def test_float16_pair_conversions_round_each_lane_as_the_scalar_and_numpy(tmp_pa
     lib.widen_pairs(h.ctypes.data, wide.ctypes.data, h.size)
     ref = h.view(np.float16).astype(np.float32)
     ok = np.isnan(ref)
-    assert np.array_equal(wide.view(np.uint32)[~ok], ref.view(np.uint32)[~ok]) and np.isnan(wide[ok]).all()
+    assert (
+        np.array_equal(wide.view(np.uint32)[~ok], ref.view(np.uint32)[~ok])
+        and np.isnan(wide[ok]).all()
+    )
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -286,7 +362,13 @@ class _Fake:
     """What vector_plan reads of a CuPy array, over a numpy array."""
 
     def __init__(self, a):
-        self.shape, self.dtype, self.flags, self.size, self.ndim = a.shape, a.dtype, a.flags, a.size, a.ndim
+        self.shape, self.dtype, self.flags, self.size, self.ndim = (
+            a.shape,
+            a.dtype,
+            a.flags,
+            a.size,
+            a.ndim,
+        )
 
         class _D:
             ptr = a.ctypes.data
@@ -307,7 +389,10 @@ def test_vector_plan_takes_only_contiguous_aligned_same_layout():
     f32, f64, f16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
     x = _aligned(1024, f32)
     assert vector_plan([_Fake(x)], [1.0], None, f32) == f32
-    assert vector_plan([_Fake(x), _Fake(_aligned(1024, f32))], [], _Fake(_aligned(1024, f32)), f32) == f32
+    assert (
+        vector_plan([_Fake(x), _Fake(_aligned(1024, f32))], [], _Fake(_aligned(1024, f32)), f32)
+        == f32
+    )
     assert vector_plan([_Fake(_aligned(1024, f16))], [np.float32(2.0)], None, f32) == f16
     assert vector_plan([_Fake(_aligned(1024, f64))], [], None, f64) == f64
     F = _aligned(1024, f32, "F", (32, 32))
@@ -368,24 +453,44 @@ def test_fused_backward_on_the_host_equals_the_cpu(tmp_path, name):
         pn = [f"p{k}" for k in range(len(spec.params))]
         args = [f"const {ct}* x", f"const {ct}* g", f"{ct}* y", "double* part", "long long n"]
         args += [f"{ct} {p}" for p in pn]
-        src = _SIM_HEAD + v.source + (
-            f'extern "C" void sim({", ".join(args)}) {{\n'
-            f"  blockDim.x = {threads}; gridDim.x = {blocks};\n"
-            f"  for (unsigned b = 0; b < {blocks}; ++b)\n"
-            f"    for (unsigned t = 0; t < {threads}; ++t) {{\n"
-            f"      blockIdx.x = b; threadIdx.x = t;\n"
-            f"      iglu_np_vec_{v.name}::{v.name}({', '.join(['x', 'g', 'y', 'part', 'n', *pn])});\n"
-            "    }\n}\n"
+        src = (
+            _SIM_HEAD
+            + v.source
+            + (
+                f'extern "C" void sim({", ".join(args)}) {{\n'
+                f"  blockDim.x = {threads}; gridDim.x = {blocks};\n"
+                f"  for (unsigned b = 0; b < {blocks}; ++b)\n"
+                f"    for (unsigned t = 0; t < {threads}; ++t) {{\n"
+                f"      blockIdx.x = b; threadIdx.x = t;\n"
+                f"      iglu_np_vec_{v.name}::{v.name}({', '.join(['x', 'g', 'y', 'part', 'n', *pn])});\n"
+                "    }\n}\n"
+            )
         )
         cpp, so = tmp_path / f"f_{np.dtype(ddt).name}.cpp", tmp_path / f"f_{np.dtype(ddt).name}.so"
         cpp.write_text(src)
-        r = subprocess.run([gxx, "-std=c++17", "-shared", "-fPIC", "-O1", "-ffp-contract=off",
-                            "-Wno-unknown-pragmas", str(cpp), "-o", str(so)], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                gxx,
+                "-std=c++17",
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-ffp-contract=off",
+                "-Wno-unknown-pragmas",
+                str(cpp),
+                "-o",
+                str(so),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr
         lib = ctypes.CDLL(str(so))
         ptr = ctypes.POINTER(ctypes.c_float if ddt == np.float32 else ctypes.c_double)
         cval = ctypes.c_float if ddt == np.float32 else ctypes.c_double
-        lib.sim.argtypes = [ptr, ptr, ptr, ctypes.POINTER(ctypes.c_double), ctypes.c_longlong] + [cval] * len(pn)
+        lib.sim.argtypes = [ptr, ptr, ptr, ctypes.POINTER(ctypes.c_double), ctypes.c_longlong] + [
+            cval
+        ] * len(pn)
         pv = [ddt(spec.defaults[p]) for p in spec.param_names]
         rng = np.random.default_rng(1)
         for n in (1, v.lanes + 1, 6 * v.lanes + 5, 1001):
@@ -393,8 +498,14 @@ def test_fused_backward_on_the_host_equals_the_cpu(tmp_path, name):
             g = rng.standard_normal(n).astype(ddt)
             y = np.empty(n, ddt)
             part = np.zeros((len(pn), blocks * threads))
-            lib.sim(x.ctypes.data_as(ptr), g.ctypes.data_as(ptr), y.ctypes.data_as(ptr),
-                    part.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n, *pv)
+            lib.sim(
+                x.ctypes.data_as(ptr),
+                g.ctypes.data_as(ptr),
+                y.ctypes.data_as(ptr),
+                part.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                n,
+                *pv,
+            )
             with np.errstate(all="ignore"):
                 assert np.array_equal(y, act._ufunc("bwd")(x, g, *pv), equal_nan=True), (name, n)
                 for k, p in enumerate(spec.param_names):

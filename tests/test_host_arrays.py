@@ -1,6 +1,7 @@
 """Host arrays of other libraries (torch CPU tensors, JAX CPU arrays, __dlpack__ arrays on
 the CPU) go through the CPU kernels on their own memory and come back as their own type,
 with the numpy call's bits (iglu_np/backends/host_arrays.py; issue 54)."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,10 @@ def _jnp():
 
 
 def _xps():
-    return pytest.importorskip("array_api_strict",
-                               reason="the generic DLPack route is tested with array-api-strict "
-                                      "(the test extra has it)")
+    return pytest.importorskip(
+        "array_api_strict",
+        reason="the generic DLPack route is tested with array-api-strict (the test extra has it)",
+    )
 
 
 def _same(a, b):
@@ -40,10 +42,14 @@ def _same(a, b):
 
 def _calls(act, x, g, **params):
     """Every public kernel of ``act`` on (x, g): name -> result or dict of results."""
-    return {"fwd": act(x, **params), "dx": act.dx(x, **params),
-            "bwd": act.backward(x, g, **params), "dparams": act.dparams(x, **params),
-            "params": act.backward_params(x, g, **params),
-            "all": act.backward_all(x, g, **params)}
+    return {
+        "fwd": act(x, **params),
+        "dx": act.dx(x, **params),
+        "bwd": act.backward(x, g, **params),
+        "dparams": act.dparams(x, **params),
+        "params": act.backward_params(x, g, **params),
+        "all": act.backward_all(x, g, **params),
+    }
 
 
 def _check_like(kind, res, want, is_type):
@@ -119,7 +125,7 @@ def test_torch_operands_are_viewed_and_results_adopted_without_a_copy(monkeypatc
     x = torch.randn(3000)
     g = torch.randn(3000)
     r = iglu_np.silu.backward(x, g)
-    (ins, res), = seen
+    ((ins, res),) = seen
     assert ins == [x.data_ptr(), g.data_ptr()] and res == r.data_ptr()
     o = torch.empty(3000)
     p = o.data_ptr()
@@ -164,8 +170,13 @@ def test_parameters_may_be_tensors_and_their_gradients_come_back_as_tensors():
 def test_torch_layouts_shapes_and_dtypes_follow_numpy():
     torch = _torch()
     x = torch.randn(6, 8, 5)
-    for t in (x[:, ::2], x.permute(2, 0, 1), torch.tensor(0.25), x.to(torch.float16),
-              torch.arange(-3, 4)):
+    for t in (
+        x[:, ::2],
+        x.permute(2, 0, 1),
+        torch.tensor(0.25),
+        x.to(torch.float16),
+        torch.arange(-3, 4),
+    ):
         r = iglu_np.elu(t)
         assert isinstance(r, torch.Tensor)
         _same(r, iglu_np.elu(t.numpy()))
@@ -214,9 +225,13 @@ def test_array_types_name_registered_backends_and_info_lists_them():
     listed = backends.array_types()
     routes = " ".join(b for _, b in listed)
     assert all(name in routes for name in backends.BACKENDS)
-    r = subprocess.run([sys.executable, "-m", "iglu_np", "info", "--json"],
-                       capture_output=True, text=True, timeout=300,
-                       check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "iglu_np", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     info = json.loads(r.stdout)
     assert [(d["types"], d["backend"]) for d in info["array_types"]] == listed
@@ -225,12 +240,15 @@ def test_array_types_name_registered_backends_and_info_lists_them():
 
 def test_host_arrays_import_neither_torch_nor_jax():
     _xps()
-    code = ("import sys, numpy as np, array_api_strict as xps, iglu_np\n"
-            "r = iglu_np.gelu(xps.asarray([1.0, -1.0]))\n"
-            "assert type(r).__module__.startswith('array_api_strict'), type(r)\n"
-            "print(sorted(m for m in sys.modules\n"
-            "             if m.split('.')[0] in ('torch', 'jax', 'jaxlib')))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300, check=False)
+    code = (
+        "import sys, numpy as np, array_api_strict as xps, iglu_np\n"
+        "r = iglu_np.gelu(xps.asarray([1.0, -1.0]))\n"
+        "assert type(r).__module__.startswith('array_api_strict'), type(r)\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.split('.')[0] in ('torch', 'jax', 'jaxlib')))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]"

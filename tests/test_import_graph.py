@@ -2,6 +2,7 @@
 live in ``_dtypes`` and parameter validation in ``_params``, which import no backend, and
 no backend (the dispatcher included) imports ``_api``; nothing outside ``iglu_np.cli``
 imports the commands."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ import import_graph  # noqa: E402
 
 
 def test_tool_reports_no_cycle():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "import_graph.py")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "import_graph.py")], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no import cycle" in r.stdout
 
@@ -31,7 +33,8 @@ def test_no_backend_imports_api_and_dtypes_imports_nothing_of_ours():
     assert set(dict(graph["iglu_np._params"])) == {"iglu_np._spec", "iglu_np.activations"}
     # the public objects reach the backends through the dispatcher alone
     assert [t for t in dict(graph["iglu_np._api"]) if t.startswith("iglu_np.backends")] == [
-        "iglu_np.backends"]
+        "iglu_np.backends"
+    ]
 
 
 def test_only_the_command_line_imports_its_commands():

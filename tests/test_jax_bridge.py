@@ -1,5 +1,6 @@
 """iglu_np.jax: the activations as jax.custom_vjp functions (pure_callback forward and
 backward), under grad, jit and vmap, with constant and differentiable parameters."""
+
 from __future__ import annotations
 
 import inspect
@@ -36,10 +37,13 @@ def _grad_params(spec) -> dict:
     the first test value well inside."""
     out = {}
     for p in spec.params:
+
         def inside(v):
             return all(p.contains(v + d) for d in (-0.02, 0.02))
-        out[p.name] = p.default if inside(p.default) else next(
-            v for v in p.test_values if inside(v))
+
+        out[p.name] = (
+            p.default if inside(p.default) else next(v for v in p.test_values if inside(v))
+        )
     assert spec.check is None or not spec.check(**out)
     return out
 
@@ -48,8 +52,9 @@ def _grad_points(spec, params) -> np.ndarray:
     """x in [-3.9, 3.9] at least 0.05 from the spec's kinks and thresholds (evaluated at
     ``params``) and from 0, where the value or a derivative may jump."""
     x = np.linspace(-3.9, 3.9, 14) + 0.0123
-    kinks = [0.0] + [v for v in ((s(params) if callable(s) else s)
-                                 for s in spec.special_points) if v is not None]
+    kinks = [0.0] + [
+        v for v in ((s(params) if callable(s) else s) for s in spec.special_points) if v is not None
+    ]
     far = np.all(np.abs(x[:, None] - np.array(kinks, dtype=np.float64)[None, :]) > 0.05, axis=1)
     return x[far]
 
@@ -94,19 +99,24 @@ def test_constant_parameters_get_no_cotangent_work():
                 if eqn.primitive.name == "pure_callback":
                     found.append(len(eqn.outvars))
                 for v in eqn.params.values():
-                    for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    for sub in v if isinstance(v, (tuple, list)) else (v,):
                         if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
                             walk(sub)
+
         walk(jaxpr)
         return found
 
     # a Python float: the backward callback returns grad_x alone
     assert callbacks(jax.grad(lambda x: ij.iglu(x, sigma=2.0).sum()), x) == [1, 1]
     # an array: grad_x and its cotangent
-    assert callbacks(jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum()), x, jnp.float32(2.0)) == [1, 2]
+    assert callbacks(jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum()), x, jnp.float32(2.0)) == [
+        1,
+        2,
+    ]
     # the mix: one cotangent, for the array
-    assert callbacks(jax.grad(lambda x, b: ij.softplus(x, beta=b, threshold=15.0).sum()),
-                     x, jnp.float32(2.0)) == [1, 2]
+    assert callbacks(
+        jax.grad(lambda x, b: ij.softplus(x, beta=b, threshold=15.0).sum()), x, jnp.float32(2.0)
+    ) == [1, 2]
 
 
 def test_jit_gives_the_eager_results():
@@ -178,12 +188,14 @@ def test_vmap_with_a_shared_parameter_gives_each_example_its_gradient():
     rng = np.random.default_rng(2)
     X = jnp.asarray(rng.standard_normal((5, 7)).astype(np.float32))
     s = jnp.asarray(np.linspace(0.5, 2.0, 7, dtype=np.float32))
-    per_example = jax.vmap(jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum(), argnums=1),
-                           in_axes=(0, None))(X, s)
+    per_example = jax.vmap(
+        jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum(), argnums=1), in_axes=(0, None)
+    )(X, s)
     assert per_example.shape == (5, 7)
     for i in range(5):
-        _, want = iglu_np.iglu.backward_all(np.asarray(X[i]), np.ones(7, np.float32),
-                                            sigma=np.asarray(s))
+        _, want = iglu_np.iglu.backward_all(
+            np.asarray(X[i]), np.ones(7, np.float32), sigma=np.asarray(s)
+        )
         np.testing.assert_allclose(np.asarray(per_example[i]), want["sigma"], rtol=1e-6)
 
 
@@ -191,8 +203,9 @@ def test_nested_vmap_over_other_axes_matches_the_direct_call():
     rng = np.random.default_rng(3)
     X = jnp.asarray(rng.standard_normal((3, 4, 5)))
     S = jnp.asarray(rng.uniform(0.5, 2.0, (4,)))
-    f = jax.vmap(jax.vmap(lambda x, s: ij.softplus(x, beta=s), in_axes=(1, None)),
-                 in_axes=(1, 0), out_axes=1)
+    f = jax.vmap(
+        jax.vmap(lambda x, s: ij.softplus(x, beta=s), in_axes=(1, None)), in_axes=(1, 0), out_axes=1
+    )
     got = f(X, S)  # got[i, j, k] = softplus(X[k, j, i], beta=S[j])
     want = iglu_np.softplus(np.asarray(X), beta=np.asarray(S)[None, :, None])
     np.testing.assert_allclose(np.asarray(got), np.transpose(want, (2, 1, 0)), rtol=1e-6)
@@ -221,8 +234,9 @@ def test_dtype_is_preserved_in_value_and_gradients(dtype):
     want = iglu_np.iglu(xs, sigma=ss)
     tol = float(jnp.finfo(dt).eps)
     np.testing.assert_allclose(np.asarray(y).astype(np.float32), want, rtol=tol, atol=tol)
-    _, gp = iglu_np.iglu.backward_all(np.broadcast_to(xs, (2, 13)), np.ones((2, 13), np.float32),
-                                      sigma=ss)
+    _, gp = iglu_np.iglu.backward_all(
+        np.broadcast_to(xs, (2, 13)), np.ones((2, 13), np.float32), sigma=ss
+    )
     np.testing.assert_allclose(np.asarray(gs).astype(np.float32), gp["sigma"], rtol=tol)
 
 
@@ -259,7 +273,9 @@ def test_bad_constant_parameter_raises_iglu_np_value_error_eagerly_and_under_jit
 
 def test_bad_traced_parameter_fails_in_the_callback_with_iglu_np_message():
     f = jax.jit(lambda x, s: ij.iglu(x, sigma=s))
-    with pytest.raises(jax.errors.JaxRuntimeError, match="sigma has a value -1.0 outside its domain"):
+    with pytest.raises(
+        jax.errors.JaxRuntimeError, match="sigma has a value -1.0 outside its domain"
+    ):
         f(jnp.ones(3), jnp.float32(-1.0)).block_until_ready()
 
 
@@ -277,8 +293,9 @@ def test_every_activation_is_a_jax_function_with_its_signature():
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_import_iglu_np_does_not_import_jax():
@@ -311,8 +328,7 @@ def test_aliases_are_their_target_with_the_alias_parameters():
     for alias, (target, fixed) in iglu_np.ALIASES.items():
         fn = getattr(ij, alias)
         assert fn is ij.ALIASES[alias]
-        np.testing.assert_array_equal(np.asarray(fn(jnp.asarray(x))),
-                                      getattr(iglu_np, alias)(x))
+        np.testing.assert_array_equal(np.asarray(fn(jnp.asarray(x))), getattr(iglu_np, alias)(x))
     g = jax.grad(lambda b: ij.quick_gelu(jnp.asarray(x), beta=b).sum())(jnp.float32(1.702))
     want = iglu_np.swish.backward_params(x, np.ones_like(x), beta=np.float32(1.702))["beta"]
     np.testing.assert_allclose(float(g), float(want), rtol=1e-6)

@@ -1,5 +1,6 @@
 """iglu_np._math's exact products in Python (the CUDA simulator runs them so): two_prod's
 error term is exact, dropped beyond the BIG bounds, and inf/NaN pass through fma."""
+
 import math
 from fractions import Fraction
 

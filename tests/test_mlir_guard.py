@@ -1,6 +1,7 @@
 """The numba_cuda backend under numba-cuda-mlir hands launches it was not seen to compute
 right (broadcast parameters, strided operands: wrong values on an H200) to the CuPy
 kernels, or refuses them without cupy. Fakes stand in for the GPU arrays here."""
+
 from __future__ import annotations
 
 import ctypes
@@ -18,7 +19,9 @@ class _Dev:
 
     def __init__(self, shape, contiguous=True, dtype=np.float32):
         self.shape, self.dtype, self._c = tuple(shape), np.dtype(dtype), contiguous
-        self.strides = tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize for i in range(len(self.shape)))
+        self.strides = tuple(
+            int(np.prod(self.shape[i + 1 :])) * self.dtype.itemsize for i in range(len(self.shape))
+        )
         self.device_ctypes_pointer = ctypes.c_void_p(4096)
 
     def is_c_contiguous(self):
@@ -34,7 +37,7 @@ def mlir(monkeypatch):
 def test_only_plain_launches_stay_on_mlir(mlir):
     shape = (4, 6, 5)
     assert not nc._run._needs_cupy([_Dev(shape), _Dev(shape)], shape)
-    assert nc._run._needs_cupy([_Dev(shape), _Dev((1, 6, 1))], shape)        # per-channel parameter
+    assert nc._run._needs_cupy([_Dev(shape), _Dev((1, 6, 1))], shape)  # per-channel parameter
     assert nc._run._needs_cupy([_Dev(shape, contiguous=False), _Dev(shape)], shape)  # strided x
 
 
@@ -46,7 +49,9 @@ def test_numba_cuda_and_the_simulator_keep_every_layout(monkeypatch):
 def test_without_cupy_it_is_refused_not_wrong(mlir, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(NotImplementedError, match="contiguous"):
-        nc._run._via_cupy(iglu_np.iglu, "run", [_Dev((4, 6, 5))], {"sigma": _Dev((1, 6, 1))}, None, "fwd")
+        nc._run._via_cupy(
+            iglu_np.iglu, "run", [_Dev((4, 6, 5))], {"sigma": _Dev((1, 6, 1))}, None, "fwd"
+        )
 
 
 def test_described_views_keep_the_pointer_shape_and_dtype():
@@ -109,5 +114,7 @@ def test_hand_off_stream_uses_the_stream_protocol_not_external_stream():
 
     new = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream))
     assert nc._run._external_stream(new, 0x7F00) == "from_external" and seen == [(0, 0x7F00)]
-    old = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Old, ExternalStream=lambda p: ("ext", p)))
+    old = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Stream=Old, ExternalStream=lambda p: ("ext", p))
+    )
     assert nc._run._external_stream(old, 5) == ("ext", 5)

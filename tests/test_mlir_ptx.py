@@ -1,6 +1,7 @@
 """numba-cuda-mlir, the default Numba CUDA toolchain, compiles the kernels to PTX without
 a GPU (tools/mlir_ptx_check.py, in a child process that asks for mlir): no failed compile,
 no local memory. The suite's other Numba CUDA checks (PTX matrix, simulator) use numba-cuda."""
+
 import os
 import re
 import subprocess
@@ -14,11 +15,23 @@ LINE = re.compile(r"^(\w+)\s+(\w+)\s+(float32|float64): .* local=(True|False) ")
 
 
 def _check(names, kinds):
-    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir not installed; pip install -e .[gpu-verify]")
+    pytest.importorskip(
+        "numba_cuda_mlir", reason="numba-cuda-mlir not installed; pip install -e .[gpu-verify]"
+    )
     env = dict(os.environ, IGLU_NP_CUDA_TOOLCHAIN="numba-cuda-mlir")
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "mlir_ptx_check.py"), ",".join(names), ",".join(kinds)],
-                       env=env, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "mlir_ptx_check.py"),
+            ",".join(names),
+            ",".join(kinds),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {m.group(1, 2, 3): m.group(4) for m in map(LINE.match, r.stdout.splitlines()) if m}
     want = {(n, k, d) for n in names for k in kinds for d in ("float32", "float64")}
@@ -41,7 +54,9 @@ def test_mlir_compiles_every_kernel_offline():
     _check(sorted(REGISTRY), ["fwd", "dx", "bwd"])
 
 
-VEC = re.compile(r"^VEC (\w+) (\w+) (float16|float32|float64): vld=(\d+) vst=(\d+) ld=(\d+) local=(True|False) ")
+VEC = re.compile(
+    r"^VEC (\w+) (\w+) (float16|float32|float64): vld=(\d+) vst=(\d+) ld=(\d+) local=(True|False) "
+)
 
 
 @pytest.mark.slow
@@ -50,11 +65,24 @@ def test_mlir_compiles_the_vector_form_offline():
     loads and stores for float32 and float64 (one per input and step; the tail's scalar
     ones once), no local memory. float16 compiles (mlir's vectors hold four halves; its
     PTX loads them as two 32-bit words)."""
-    pytest.importorskip("numba_cuda_mlir", reason="numba-cuda-mlir not installed; pip install -e .[gpu-verify]")
+    pytest.importorskip(
+        "numba_cuda_mlir", reason="numba-cuda-mlir not installed; pip install -e .[gpu-verify]"
+    )
     env = dict(os.environ, IGLU_NP_CUDA_TOOLCHAIN="numba-cuda-mlir")
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "mlir_ptx_check.py"), "iglu,gelu_tanh", "fwd,bwd",
-                        "vector"], env=env, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "mlir_ptx_check.py"),
+            "iglu,gelu_tanh",
+            "fwd,bwd",
+            "vector",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [m.groups() for m in map(VEC.match, r.stdout.splitlines()) if m]
     assert len(rows) == 2 * 2 * 3, r.stdout
@@ -62,4 +90,11 @@ def test_mlir_compiles_the_vector_form_offline():
         assert local == "False", (name, kind, dt)
         if dt != "float16":
             n_in = 2 if kind == "bwd" else 1
-            assert int(vst) >= 1 and int(vld) == n_in * int(vst) and int(ld) == n_in, (name, kind, dt, vld, vst, ld)
+            assert int(vst) >= 1 and int(vld) == n_in * int(vst) and int(ld) == n_in, (
+                name,
+                kind,
+                dt,
+                vld,
+                vst,
+                ld,
+            )

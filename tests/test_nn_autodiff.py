@@ -1,5 +1,6 @@
 """iglu_np.nn autodiff: every op and whole models against central finite differences
 (float64), activation parameters included."""
+
 import numpy as np
 import pytest
 
@@ -130,8 +131,9 @@ def test_array_module_is_numpy_for_numpy_and_scalars():
 @pytest.mark.parametrize("per_unit", [False, True])
 def test_activation_op_gradients_x_and_params(name, per_unit):
     x = leaf(5, 4, name="x")
-    layer = ActivationLayer(name, 4, params={"sigma": 0.8}, learnable=True, per_unit=per_unit,
-                            dtype=np.float64)
+    layer = ActivationLayer(
+        name, 4, params={"sigma": 0.8}, learnable=True, per_unit=per_unit, dtype=np.float64
+    )
     coef = rng.normal(size=(5, 4))
     check_grads(lambda: ad.sum(ad.mul(layer(x), coef)), [x, *layer.parameters()])
 
@@ -151,21 +153,33 @@ MODEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,params,learn", MODEL_CASES, ids=[c[0] + ("-learn" if c[2] else "") for c in MODEL_CASES])
+@pytest.mark.parametrize(
+    "name,params,learn", MODEL_CASES, ids=[c[0] + ("-learn" if c[2] else "") for c in MODEL_CASES]
+)
 def test_whole_model_matches_finite_differences(name, params, learn):
     if name not in iglu_np.ACTIVATIONS:
         pytest.skip(f"{name} not registered yet")
     act = iglu_np.get(name)
     learn = learn and bool(act.param_names)
-    model = MLP(5, [6, 4], 3, activation=name, activation_params=params, learnable=learn,
-                per_unit=True, dtype=np.float64, rng=1)
+    model = MLP(
+        5,
+        [6, 4],
+        3,
+        activation=name,
+        activation_params=params,
+        learnable=learn,
+        per_unit=True,
+        dtype=np.float64,
+        rng=1,
+    )
     if learn:
         assert any(getattr(p, "group", "") == "activation" for p in model.parameters())
     X = rng.normal(size=(7, 5))
     y = rng.integers(0, 3, 7)
     w = np.array([1.0, 2.0, 0.5])
-    check_grads(lambda: ad.cross_entropy(model(Tensor(X)), y, w), model.parameters(),
-                rtol=2e-5, atol=1e-7)
+    check_grads(
+        lambda: ad.cross_entropy(model(Tensor(X)), y, w), model.parameters(), rtol=2e-5, atol=1e-7
+    )
 
 
 def test_iglu_sigma_reparameterisation_keeps_domain():
@@ -193,8 +207,13 @@ def test_xielu_reparameterisation_follows_the_paper():
     if "xielu" not in iglu_np.ACTIVATIONS:
         pytest.skip("xielu not registered yet")
     act = iglu_np.get("xielu")
-    layer = ActivationLayer(act, 3, params={"alpha_p": 0.8, "alpha_n": 0.8}, learnable=["alpha_p", "alpha_n"],
-                            dtype=np.float64)
+    layer = ActivationLayer(
+        act,
+        3,
+        params={"alpha_p": 0.8, "alpha_n": 0.8},
+        learnable=["alpha_p", "alpha_n"],
+        dtype=np.float64,
+    )
     vals = layer.param_values()
     assert vals["alpha_p"] == pytest.approx(0.8) and vals["alpha_n"] == pytest.approx(0.8)
     beta = vals["beta"]

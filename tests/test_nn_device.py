@@ -16,6 +16,7 @@ kernels are tested elsewhere). Checked here:
 On a real GPU (``-m gpu``): fitting on CuPy arrays matches the CPU fit within float32
 tolerance.
 """
+
 from __future__ import annotations
 
 import sys
@@ -112,7 +113,9 @@ class _FakeArray:
         return self._scalar(lambda a: a.tolist())
 
     def __array__(self, *args, **kwargs):
-        raise TypeError("Implicit conversion to a NumPy array is not allowed (the stand-in, as CuPy)")
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed (the stand-in, as CuPy)"
+        )
 
     def __getitem__(self, key):
         _host_operand(key if isinstance(key, tuple) else (key,))
@@ -217,8 +220,14 @@ def _data(n=240, d=6, k=3, seed=0):
     return X, y, (X @ rng.normal(size=d)).astype(np.float32)
 
 
-_SETTINGS = dict(hidden_layer_sizes=(8,), random_state=0, alpha=1e-3, clip_grad_norm=1.0,
-                 early_stopping=True, n_iter_no_change=1000)
+_SETTINGS = dict(
+    hidden_layer_sizes=(8,),
+    random_state=0,
+    alpha=1e-3,
+    clip_grad_norm=1.0,
+    early_stopping=True,
+    n_iter_no_change=1000,
+)
 
 
 def _fit(cls, X, y, counts, **kw):
@@ -233,7 +242,9 @@ def test_device_fit_transfers_do_not_grow_with_the_steps(device, cls):
     y = yc if cls is MLPClassifier else yr
     few = _fit(cls, X, y, device, batch_size=108, max_iter=3)[1]  # 2 steps per epoch
     many = _fit(cls, X, y, device, batch_size=27, max_iter=3)[1]  # 8 steps per epoch
-    assert few == many, f"transfers grow with the steps per epoch: {few} (2 steps) vs {many} (8 steps)"
+    assert few == many, (
+        f"transfers grow with the steps per epoch: {few} (2 steps) vs {many} (8 steps)"
+    )
     # the counter sees the per-epoch transfers (losses, validation score, epoch snapshot)
     longer = _fit(cls, X, y, device, batch_size=108, max_iter=6)[1]
     assert longer["d2h"] > few["d2h"], (few, longer)
@@ -253,8 +264,15 @@ def test_device_fit_computes_the_cpu_fit(device, cls):
 
 def test_device_divergence_names_the_first_bad_step_and_rolls_back(device):
     X, y, _ = _data()
-    est = MLPClassifier(hidden_layer_sizes=(8,), solver="sgd", learning_rate_init=1e10, momentum=0.0,
-                        random_state=0, batch_size=40, max_iter=3)
+    est = MLPClassifier(
+        hidden_layer_sizes=(8,),
+        solver="sgd",
+        learning_rate_init=1e10,
+        momentum=0.0,
+        random_state=0,
+        batch_size=40,
+        max_iter=3,
+    )
     cpu = MLPClassifier(**est.get_params())
     # overflow on the way to the non-finite loss (the device epoch also runs on past the
     # bad step): numpy's floating-point warnings are not what is tested here
@@ -298,13 +316,31 @@ def test_bench_trainer_epochs_runs_on_the_stand_in(device):
 
     fake = sys.modules["cupy"]
     gen = np.random.default_rng(0)
-    fake.random = types.SimpleNamespace(default_rng=lambda seed: types.SimpleNamespace(
-        standard_normal=lambda shape, dtype: _FakeArray(gen.standard_normal(shape).astype(dtype))))
-    fake.cuda = types.SimpleNamespace(Stream=types.SimpleNamespace(
-        null=types.SimpleNamespace(synchronize=lambda: None)))
-    r = bench_gpu.trainer_epochs(fake, None, n=512, features=8, hidden=(16,), classes=3, batch=128, epochs=2)
+    fake.random = types.SimpleNamespace(
+        default_rng=lambda seed: types.SimpleNamespace(
+            standard_normal=lambda shape, dtype: _FakeArray(
+                gen.standard_normal(shape).astype(dtype)
+            )
+        )
+    )
+    fake.cuda = types.SimpleNamespace(
+        Stream=types.SimpleNamespace(null=types.SimpleNamespace(synchronize=lambda: None))
+    )
+    r = bench_gpu.trainer_epochs(
+        fake, None, n=512, features=8, hidden=(16,), classes=3, batch=128, epochs=2
+    )
     assert r["steps_per_epoch"] == 4 and r["iglu_np_epoch_s"] > 0 and "torch_epoch_s" not in r
-    assert r["summary"].startswith("Trainer: MLPClassifier 8-16-3 (gelu, Adam, batch 128, 512 samples, 4 steps)")
-    data = {"device": "Test GPU", "cupy": "14", "numba_cuda": "n/a", "torch": None, "jax": None,
-            "size": 1024, "rows": [], "trainer": r}
+    assert r["summary"].startswith(
+        "Trainer: MLPClassifier 8-16-3 (gelu, Adam, batch 128, 512 samples, 4 steps)"
+    )
+    data = {
+        "device": "Test GPU",
+        "cupy": "14",
+        "numba_cuda": "n/a",
+        "torch": None,
+        "jax": None,
+        "size": 1024,
+        "rows": [],
+        "trainer": r,
+    }
     assert bench_gpu.markdown(data).endswith(r["summary"])

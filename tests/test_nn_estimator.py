@@ -1,4 +1,5 @@
 """iglu_np.nn estimators, optimisers, data utilities, persistence and the train CLI."""
+
 import math
 import os
 import subprocess
@@ -16,9 +17,21 @@ pytestmark = [
 ]
 
 import iglu_np
-from iglu_np.nn import (SGD, Adam, AdamW, MLPClassifier, MLPRegressor, NotFittedError, Tensor,
-                        balanced_accuracy, clip_grad_norm, long_tailed_counts, long_tailed_subsample,
-                        param_groups, per_class_recall)
+from iglu_np.nn import (
+    SGD,
+    Adam,
+    AdamW,
+    MLPClassifier,
+    MLPRegressor,
+    NotFittedError,
+    Tensor,
+    balanced_accuracy,
+    clip_grad_norm,
+    long_tailed_counts,
+    long_tailed_subsample,
+    param_groups,
+    per_class_recall,
+)
 from iglu_np.nn import load as load_model
 from iglu_np.nn.data import class_weights, stratified_split
 from iglu_np.nn.layers import MLP, Parameter
@@ -46,8 +59,9 @@ def digits():
 # ------------------------------------------------------------------------ estimator basics
 def test_classifier_learns_digits(digits):
     Xtr, ytr, Xte, yte = digits
-    clf = MLPClassifier((64,), activation="iglu", learning_rate_init=0.005, max_iter=15,
-                        random_state=0).fit(Xtr, ytr)
+    clf = MLPClassifier(
+        (64,), activation="iglu", learning_rate_init=0.005, max_iter=15, random_state=0
+    ).fit(Xtr, ytr)
     assert clf.score(Xte, yte) > 0.9
     proba = clf.predict_proba(Xte)
     assert proba.shape == (len(Xte), 10) and proba.dtype == np.float32
@@ -84,9 +98,18 @@ def test_deterministic_under_random_state():
 @pytest.mark.parametrize("solver", ["sgd", "adam", "adamw"])
 def test_learnable_sigma_trains_and_stays_positive(solver):
     X, y = blobs()
-    clf = MLPClassifier((10, 10), activation="iglu", activation_params={"sigma": 0.3},
-                        learnable_activation=True, per_unit=True, solver=solver,
-                        learning_rate_init=0.05, max_iter=20, random_state=0, batch_size=40)
+    clf = MLPClassifier(
+        (10, 10),
+        activation="iglu",
+        activation_params={"sigma": 0.3},
+        learnable_activation=True,
+        per_unit=True,
+        solver=solver,
+        learning_rate_init=0.05,
+        max_iter=20,
+        random_state=0,
+        batch_size=40,
+    )
     clf.fit(X, y)
     vals = clf.activation_params_
     assert len(vals) == 2 and vals[0]["sigma"].shape == (10,)
@@ -100,8 +123,9 @@ def test_regressor_fits_and_predicts_shapes():
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(300, 2))
     y = np.sin(X[:, 0]) + 0.5 * X[:, 1] ** 2
-    reg = MLPRegressor((32,), activation="iglu_approx", max_iter=150, learning_rate_init=0.01,
-                       random_state=0).fit(X, y)
+    reg = MLPRegressor(
+        (32,), activation="iglu_approx", max_iter=150, learning_rate_init=0.01, random_state=0
+    ).fit(X, y)
     assert reg.predict(X).shape == (300,) and reg.predict(X).dtype == np.float64
     assert reg.score(X, y) > 0.9
     Y2 = np.stack([y, -y], 1)
@@ -145,8 +169,9 @@ def test_divergence_names_the_step():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, 3)) * 1e3
     y = X.sum(1) * 1e3
-    reg = MLPRegressor((8,), solver="sgd", learning_rate_init=10.0, max_iter=50, random_state=0,
-                       batch_size=16)
+    reg = MLPRegressor(
+        (8,), solver="sgd", learning_rate_init=10.0, max_iter=50, random_state=0, batch_size=16
+    )
     with pytest.raises(FloatingPointError, match=r"epoch \d+, step \d+ \(batch \d+ of 4\)"):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -166,8 +191,9 @@ def test_partial_fit_requires_classes_then_runs_one_epoch():
 
 def test_early_stopping_restores_best_validation_model():
     X, y = blobs(400)
-    clf = MLPClassifier((16,), early_stopping=True, n_iter_no_change=3, max_iter=200,
-                        random_state=0).fit(X, y)
+    clf = MLPClassifier(
+        (16,), early_stopping=True, n_iter_no_change=3, max_iter=200, random_state=0
+    ).fit(X, y)
     assert clf.n_iter_ < 200
     assert clf.best_validation_score_ == max(clf.validation_scores_)
 
@@ -189,26 +215,44 @@ def test_other_registered_activations_train(name):
         pytest.skip(f"{name} not registered yet")
     X, y = blobs()
     learn = bool(iglu_np.get(name).param_names)
-    clf = MLPClassifier((16,), activation=name, learnable_activation=["alpha_p", "alpha_n"] if name == "xielu" else learn,
-                        max_iter=30, random_state=0, learning_rate_init=0.01, batch_size=32).fit(X, y)
+    clf = MLPClassifier(
+        (16,),
+        activation=name,
+        learnable_activation=["alpha_p", "alpha_n"] if name == "xielu" else learn,
+        max_iter=30,
+        random_state=0,
+        learning_rate_init=0.01,
+        batch_size=32,
+    ).fit(X, y)
     assert clf.score(X, y) > 0.9
 
 
 # ------------------------------------------------------------------------ persistence / resume
 RESUME_CASES = {
-    "adam-cosine-dropout": dict(solver="adam", learning_rate="cosine", warmup_epochs=1, dropout=0.1),
-    "sgd-nesterov-learnable": dict(solver="sgd", learning_rate_init=0.05, learnable_activation=True,
-                                   per_unit=True),
-    "adamw-early-stopping-clip": dict(solver="adamw", early_stopping=True, clip_grad_norm=1.0,
-                                      class_weight="balanced"),
+    "adam-cosine-dropout": dict(
+        solver="adam", learning_rate="cosine", warmup_epochs=1, dropout=0.1
+    ),
+    "sgd-nesterov-learnable": dict(
+        solver="sgd", learning_rate_init=0.05, learnable_activation=True, per_unit=True
+    ),
+    "adamw-early-stopping-clip": dict(
+        solver="adamw", early_stopping=True, clip_grad_norm=1.0, class_weight="balanced"
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(RESUME_CASES))
 def test_resume_from_file_equals_uninterrupted_run(tmp_path, case):
     X, y = blobs(300)
-    kw = dict(hidden_layer_sizes=(12, 8), max_iter=9, random_state=5, batch_size=50, tol=0.0,
-              n_iter_no_change=100, **RESUME_CASES[case])
+    kw = dict(
+        hidden_layer_sizes=(12, 8),
+        max_iter=9,
+        random_state=5,
+        batch_size=50,
+        tol=0.0,
+        n_iter_no_change=100,
+        **RESUME_CASES[case],
+    )
     full = MLPClassifier(**kw).fit(X, y)
     part = MLPClassifier(**kw).fit(X, y, n_epochs=4)
     assert part.n_iter_ == 4
@@ -269,8 +313,9 @@ def test_pickle_round_trip():
     import pickle
 
     X, y = blobs()
-    clf = MLPClassifier((6,), activation="iglu", learnable_activation=True, max_iter=2,
-                        random_state=0).fit(X, y)
+    clf = MLPClassifier(
+        (6,), activation="iglu", learnable_activation=True, max_iter=2, random_state=0
+    ).fit(X, y)
     back = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
     back.fit(X, y, resume=True)  # the optimiser state survived too
@@ -335,7 +380,9 @@ def test_clip_grad_norm_and_schedules():
     assert math.hypot(a.grad[0], b.grad[0]) == pytest.approx(1.0)
     assert [linear_warmup(s, 100, 4) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
     assert cosine_warmup(0, 10, 2) == 0.5 and cosine_warmup(2, 10, 2) == 1.0
-    assert cosine_warmup(6, 10, 2) == pytest.approx(0.5) and cosine_warmup(10, 10, 2) == pytest.approx(0.0)
+    assert cosine_warmup(6, 10, 2) == pytest.approx(0.5) and cosine_warmup(
+        10, 10, 2
+    ) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="learning rate"):
         SGD([a], lr=-1.0)
 
@@ -343,7 +390,13 @@ def test_clip_grad_norm_and_schedules():
 def test_mlp_builder_groups_and_state():
     m = MLP(4, [3], 2, activation="iglu", learnable=True, rng=0)
     names = [n for n, _ in m.named_parameters()]
-    assert names == ["layers.0.weight", "layers.0.bias", "layers.1.raw.sigma", "layers.2.weight", "layers.2.bias"]
+    assert names == [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.1.raw.sigma",
+        "layers.2.weight",
+        "layers.2.bias",
+    ]
     assert [p.group for p in m.parameters()] == ["weight", "bias", "activation", "weight", "bias"]
     out = m(Tensor(np.ones((5, 4), dtype=np.float32)))
     assert out.data.dtype == np.float32 and out.shape == (5, 2)
@@ -387,9 +440,29 @@ def test_train_cli_runs_and_saves(tmp_path, capsys):
     from iglu_np.cli import main
 
     out = tmp_path / "m.npz"
-    rc = main(["train", "--activation", "iglu", "--param", "sigma=0.5", "--hidden", "32",
-               "--epochs", "3", "--rho", "10", "--class-weight", "balanced", "--seed", "0",
-               "--save", str(out), "--verbose", "0"])
+    rc = main(
+        [
+            "train",
+            "--activation",
+            "iglu",
+            "--param",
+            "sigma=0.5",
+            "--hidden",
+            "32",
+            "--epochs",
+            "3",
+            "--rho",
+            "10",
+            "--class-weight",
+            "balanced",
+            "--seed",
+            "0",
+            "--save",
+            str(out),
+            "--verbose",
+            "0",
+        ]
+    )
     assert rc == 0 and out.exists()
     text = capsys.readouterr().out
     assert "balanced accuracy" in text
@@ -408,8 +481,12 @@ def test_works_without_scikit_learn(tmp_path):
         "assert c.get_params()['max_iter'] == 100 and 'max_iter=100' in repr(c)\n"
         "try:\n    MLPClassifier().predict(X)\nexcept ValueError as e:\n    print('ok', type(e).__name__)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert r.returncode == 0, r.stderr
     assert "ok NotFittedError" in r.stdout
 

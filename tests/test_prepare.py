@@ -1,5 +1,6 @@
 """One call preparation (``iglu_np.backends._call.prepare``) for every backend: the dtype
 rules, the parameters' checks, the float32 split and the out= checks, decided once."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,8 @@ from iglu_np import _params
 from iglu_np.backends import _call
 from iglu_np.backends.cpu import backend as cpu_backend
 from iglu_np.backends.cuda import cupy as cupy_backend
-from iglu_np.backends.lazy import dask as dask_backend
 from iglu_np.backends.cuda import numba_cuda
+from iglu_np.backends.lazy import dask as dask_backend
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 IGLU = _params.of("iglu")
@@ -21,15 +22,25 @@ def test_every_backend_prepares_its_calls_with_the_one_function():
     assert numba_cuda._run.unwrap_out is dask_backend.unwrap_out is _call.unwrap_out
 
 
-@pytest.mark.parametrize("data, params, want", [
-    ((np.ones(3, F16),), {}, (F32, F32, F16)),
-    ((np.ones(3, F32), 2.0), {}, (F32, F32, F32)),  # a Python float is weak (NEP 50)
-    ((2.0,), {}, (F64, F64, F64)),
-    ((np.ones(3, F16), np.ones(3, F32)), {}, (F32, F32, F32)),
-    ((np.ones(3, F32),), {"sigma": 1e39}, (F32, F64, F32)),
-    ((np.ones(3, np.int32),), {}, (F64, F64, F64)),
-], ids=["float16", "weak grad", "python float", "float16 and float32", "sigma beyond float32",
-        "int32"])
+@pytest.mark.parametrize(
+    "data, params, want",
+    [
+        ((np.ones(3, F16),), {}, (F32, F32, F16)),
+        ((np.ones(3, F32), 2.0), {}, (F32, F32, F32)),  # a Python float is weak (NEP 50)
+        ((2.0,), {}, (F64, F64, F64)),
+        ((np.ones(3, F16), np.ones(3, F32)), {}, (F32, F32, F32)),
+        ((np.ones(3, F32),), {"sigma": 1e39}, (F32, F64, F32)),
+        ((np.ones(3, np.int32),), {}, (F64, F64, F64)),
+    ],
+    ids=[
+        "float16",
+        "weak grad",
+        "python float",
+        "float16 and float32",
+        "sigma beyond float32",
+        "int32",
+    ],
+)
 def test_result_compute_and_output_dtypes(data, params, want):
     c = _call.prepare(IGLU, data, params)
     assert (c.result, c.compute, c.output) == want
@@ -59,12 +70,16 @@ def test_broadcast_shape_and_its_error():
         _call.prepare(IGLU, (np.ones(2), np.ones(3)), {})
 
 
-@pytest.mark.parametrize("out, error, match", [
-    ((np.empty(3), np.empty(3)), ValueError, "out= must be one array"),
-    ([0.0, 0.0, 0.0], TypeError, "out= must be a numpy array, got list"),
-    (np.empty(4), ValueError, r"out= has shape \(4,\), expected \(3,\)"),
-    (np.empty(3, np.int32), TypeError, "out= must be a floating array, got int32"),
-], ids=["two arrays", "a list", "another shape", "integers"])
+@pytest.mark.parametrize(
+    "out, error, match",
+    [
+        ((np.empty(3), np.empty(3)), ValueError, "out= must be one array"),
+        ([0.0, 0.0, 0.0], TypeError, "out= must be a numpy array, got list"),
+        (np.empty(4), ValueError, r"out= has shape \(4,\), expected \(3,\)"),
+        (np.empty(3, np.int32), TypeError, "out= must be a floating array, got int32"),
+    ],
+    ids=["two arrays", "a list", "another shape", "integers"],
+)
 def test_out_checks(out, error, match):
     with pytest.raises(error, match=f"iglu: {match}"):
         _call.prepare(IGLU, (np.ones(3),), {}, out)

@@ -4,6 +4,7 @@ per element. It must give the exact kernel's bits for every x and parameter set:
 CPU (Numba), in the host-compiled C++ (the entry points the CuPy vector kernels call),
 and the kernels must really compute it once (xIELU's float64 root, whose per-element
 recomputation would make the float64 backward 3.5x the bandwidth limit on an H100)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,10 +14,10 @@ import numba
 import numpy as np
 import pytest
 
-import iglu_np
+import iglu_np  # noqa: F401  (registers the activations)
 from iglu_np._spec import REGISTRY
-from iglu_np.backends.cpu import ufuncs as cpu
 from iglu_np.backends.codegen import cxx
+from iglu_np.backends.cpu import ufuncs as cpu
 
 from . import accuracy as acc
 from . import gpu_helpers as H
@@ -34,8 +35,9 @@ def _which_keys(spec):
 
 
 def _points(spec, dtype, params):
-    x = np.concatenate([H.sweep_points(dtype), acc.x_points(spec, dtype, params),
-                        np.linspace(-45.0, 1.0, 40_001)]).astype(dtype)
+    x = np.concatenate(
+        [H.sweep_points(dtype), acc.x_points(spec, dtype, params), np.linspace(-45.0, 1.0, 40_001)]
+    ).astype(dtype)
     return x
 
 
@@ -44,8 +46,14 @@ def _param_sets(spec, dtype):
     if spec.name == "xielu":  # the root form's guards: beta = 0, alpha_n >= 1e30, roots near 0
         # and -7; expm1(eps)'s double-word (eps < -1, below -40)
         d = spec.defaults
-        sets += [{**d, "beta": 0.0}, {**d, "alpha_n": 1e31}, {**d, "alpha_n": 1.0, "beta": 0.999},
-                 {**d, "alpha_n": 3.0, "beta": 0.01}, {**d, "eps": -2.0}, {**d, "eps": -45.0}]
+        sets += [
+            {**d, "beta": 0.0},
+            {**d, "alpha_n": 1e31},
+            {**d, "alpha_n": 1.0, "beta": 0.999},
+            {**d, "alpha_n": 3.0, "beta": 0.01},
+            {**d, "eps": -2.0},
+            {**d, "eps": -45.0},
+        ]
     if spec.name in ("xielu", "xiprelu"):  # _quad_scale's three cases, on each side
         tiny = 2.0 ** (-110 if dtype == np.float32 else -1000)
         big = 0.75 * float(np.finfo(dtype).max)
@@ -81,8 +89,11 @@ def test_prepared_equals_exact_on_the_cpu(name, dtype):
             pre = prep_c(*pv)
             assert len(pre) == nh
             with np.errstate(all="ignore"):
-                _same(prepared(x, *pv, *[dtype(h) for h in pre]), exact(x, *pv),
-                      f"{name} {which} {np.dtype(dtype).name} {params}")
+                _same(
+                    prepared(x, *pv, *[dtype(h) for h in pre]),
+                    exact(x, *pv),
+                    f"{name} {which} {np.dtype(dtype).name} {params}",
+                )
 
 
 def _host_source(spec):
@@ -98,7 +109,8 @@ def _host_source(spec):
                 f"  const auto pre = iglu_np::{spec.name}_{cw}_prep<{ct}>({', '.join(ps)});\n"
                 f"  for (long i = 0; i < n; ++i) {{\n"
                 f"    a[i] = iglu_np::{spec.name}_{cw}_at<{ct}>({call}, pre);\n"
-                f"    b[i] = iglu_np::{spec.name}_{cw}<{ct}>({call});\n  }}\n}}\n")
+                f"    b[i] = iglu_np::{spec.name}_{cw}<{ct}>({call});\n  }}\n}}\n"
+            )
     return "\n".join(parts)
 
 
@@ -112,7 +124,10 @@ def test_prepared_equals_exact_in_host_cxx(name):
     spec = REGISTRY[name]
     lib, log = H.compile_host(_host_source(spec), f"{name}_prepared")
     assert not log, log
-    for dtype, ct, cty in ((np.float32, "float", ctypes.c_float), (np.float64, "double", ctypes.c_double)):
+    for dtype, ct, cty in (
+        (np.float32, "float", ctypes.c_float),
+        (np.float64, "double", ctypes.c_double),
+    ):
         ptr = ctypes.POINTER(cty)
         for which in _which_keys(spec):
             f = getattr(lib, f"both_{which}_{ct}")
@@ -120,8 +135,13 @@ def test_prepared_equals_exact_in_host_cxx(name):
             for params in _param_sets(spec, dtype):
                 x = np.ascontiguousarray(_points(spec, dtype, params))
                 a, b = np.empty_like(x), np.empty_like(x)
-                f(x.ctypes.data_as(ptr), a.ctypes.data_as(ptr), b.ctypes.data_as(ptr), x.size,
-                  *[float(dtype(params[p])) for p in spec.param_names])
+                f(
+                    x.ctypes.data_as(ptr),
+                    a.ctypes.data_as(ptr),
+                    b.ctypes.data_as(ptr),
+                    x.size,
+                    *[float(dtype(params[p])) for p in spec.param_names],
+                )
                 _same(a, b, f"{name} {which} {ct} {params}")
 
 
@@ -138,10 +158,13 @@ def test_xielu_float64_vector_kernels_compute_the_root_once(kind, copies):
     if not ok:
         pytest.skip(why)
     spec = REGISTRY["xielu"]
-    src = (cxx.fused_backward_source(spec, np.float64) if kind == "bwdall"
-           else cxx.vector_kernel_source(spec, kind, np.float64))
+    src = (
+        cxx.fused_backward_source(spec, np.float64)
+        if kind == "bwdall"
+        else cxx.vector_kernel_source(spec, kind, np.float64)
+    )
     ptx, _ = H.nvrtc_compile(src.source, (9, 0), options=cxx.NVRTC_OPTIONS)
-    body = ptx[ptx.index(f".entry {src.name}"):]
+    body = ptx[ptx.index(f".entry {src.name}") :]
     marks = [m.start() for m in _ROOT_MARK.finditer(body)]
     assert len(marks) == copies, f"{src.name}: {len(marks)} copies of _expm1_dw, not {copies}"
     # and before the grid-stride loop: the first global load comes after them
@@ -170,7 +193,9 @@ def test_xielu_numba_cuda_float64_kernel_holds_one_root():
     try:
         ptx = nc.compile_ptx("xielu", "bwd", np.float64)
     except Exception as e:  # no numba-cuda toolchain here
-        pytest.skip(f"compile_ptx unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        pytest.skip(
+            f"compile_ptx unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        )
     assert len(_ROOT_MARK.findall(ptx)) == 1
 
 
@@ -191,7 +216,7 @@ def test_quad_scale_before_the_grid_stride_loop(name):
     for dtype in DT:
         src = cxx.vector_kernel_source(REGISTRY[name], "fwd", dtype)
         ptx, _ = H.nvrtc_compile(src.source, (9, 0), options=cxx.NVRTC_OPTIONS)
-        body = ptx[ptx.index(f".entry {src.name}"):]
+        body = ptx[ptx.index(f".entry {src.name}") :]
         marks = [m.start() for m in _SCALE_MARK.finditer(body)]
         if dtype == np.float32:
             assert not marks and "0f0D800000" not in body, src.name

@@ -1,5 +1,6 @@
 """Completeness: every activation the project promises is registered, and every
 registered activation carries what the generators and tests need."""
+
 import subprocess
 import sys
 
@@ -48,8 +49,9 @@ def test_import_is_light():
 
 
 def test_cli_info_lists_every_activation():
-    r = subprocess.run([sys.executable, "-m", "iglu_np", "info", "--json"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "iglu_np", "info", "--json"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     import json
 
@@ -102,7 +104,9 @@ def test_torch_equivalents_agree_at_default_parameters():
 
     named = {n: a.spec.torch for n, a in iglu_np.ACTIVATIONS.items() if a.spec.torch}
     assert {"relu", "gelu", "silu", "softplus", "iglu"} <= set(named)
-    torch = pytest.importorskip("torch", reason="the comparison with torch needs torch (CI installs it)")
+    torch = pytest.importorskip(
+        "torch", reason="the comparison with torch needs torch (CI installs it)"
+    )
     F = torch.nn.functional
     x = np.linspace(-8, 8, 1001)
     for name, op in named.items():
@@ -129,9 +133,19 @@ def test_define_rejects_a_check_with_other_parameters():
     from iglu_np._spec import Param, define
 
     ps = [Param("lo", -1.0, "lower"), Param("hi", 1.0, "upper")]
-    kw = dict(summary="s", formula="", params=ps, f=lambda x, lo, hi: x, dx=lambda x, lo, hi: x,
-              dparams={"lo": lambda x, lo, hi: x, "hi": lambda x, lo, hi: x}, ref=abs, ref_dx=abs,
-              ref_dparams={"lo": abs, "hi": abs})
-    with pytest.raises(ValueError, match=r"check's parameters \['hi', 'lo'\] must be \['lo', 'hi'\]"):
+    kw = dict(
+        summary="s",
+        formula="",
+        params=ps,
+        f=lambda x, lo, hi: x,
+        dx=lambda x, lo, hi: x,
+        dparams={"lo": lambda x, lo, hi: x, "hi": lambda x, lo, hi: x},
+        ref=abs,
+        ref_dx=abs,
+        ref_dparams={"lo": abs, "hi": abs},
+    )
+    with pytest.raises(
+        ValueError, match=r"check's parameters \['hi', 'lo'\] must be \['lo', 'hi'\]"
+    ):
         define("not_registered_check", check=lambda hi, lo: None, **kw)
     assert "not_registered_check" not in iglu_np.ACTIVATIONS

@@ -48,13 +48,19 @@ def test_figures_and_report(tmp_path, monkeypatch):
     args = argparse.Namespace(quick=True, out=str(tmp_path), skip="speed,table4,tails")
     assert reproduce.main(args) == 0
     report = (tmp_path / "report.md").read_text()
-    for fig in ("fig1_activations.png", "fig2_iglu_sigma.png", "fig3_gate_gap.png",
-                "fig4_tails.png"):
+    for fig in (
+        "fig1_activations.png",
+        "fig2_iglu_sigma.png",
+        "fig3_gate_gap.png",
+        "fig4_tails.png",
+    ):
         assert fig in report and (tmp_path / fig).stat().st_size > 10_000
     assert len(problems) == 4
     assert {k: v for k, v in problems.items() if v} == {}  # no text outside, no legend on data
     assert "0.0226" in report
-    assert [ln for ln in report.splitlines() if ln.startswith("# ")] == ["# IGLU reproduction report"]
+    assert [ln for ln in report.splitlines() if ln.startswith("# ")] == [
+        "# IGLU reproduction report"
+    ]
 
 
 def _table4_result():
@@ -64,19 +70,42 @@ def _table4_result():
     rng = np.random.default_rng(0)
     base = {10: 0.936, 20: 0.904, 50: 0.848, 100: 0.797}
     summary = []
-    configs = ([("iglu", s) for s in experiments.PAPER_SIGMAS]
-               + [("iglu_approx", s) for s in experiments.PAPER_SIGMAS]
-               + [(b, None) for b in experiments.BASELINES])
+    configs = (
+        [("iglu", s) for s in experiments.PAPER_SIGMAS]
+        + [("iglu_approx", s) for s in experiments.PAPER_SIGMAS]
+        + [(b, None) for b in experiments.BASELINES]
+    )
     for rho, acc in base.items():
         for name, sigma in configs:
-            summary.append({"activation": name, "sigma": sigma, "rho": float(rho), "n_seeds": 2,
-                            "bal_acc_mean": acc + 0.004 * rng.standard_normal(),
-                            "bal_acc_std": 0.012, "loss_mean": 0.5, "loss_std": 0.02,
-                            "train_samples": 500})
-    return {"summary": summary, "runs": [], "missing": [], "seconds": 1.0,
-            "setting": {"quick": True, "seeds": [0, 1], "epochs": 40, "hidden": [64],
-                        "rhos": [float(r) for r in base], "learning_rate_init": 3e-3,
-                        "batch_size": 64, "n_jobs": 1}}
+            summary.append(
+                {
+                    "activation": name,
+                    "sigma": sigma,
+                    "rho": float(rho),
+                    "n_seeds": 2,
+                    "bal_acc_mean": acc + 0.004 * rng.standard_normal(),
+                    "bal_acc_std": 0.012,
+                    "loss_mean": 0.5,
+                    "loss_std": 0.02,
+                    "train_samples": 500,
+                }
+            )
+    return {
+        "summary": summary,
+        "runs": [],
+        "missing": [],
+        "seconds": 1.0,
+        "setting": {
+            "quick": True,
+            "seeds": [0, 1],
+            "epochs": 40,
+            "hidden": [64],
+            "rhos": [float(r) for r in base],
+            "learning_rate_init": 3e-3,
+            "batch_size": 64,
+            "n_jobs": 1,
+        },
+    }
 
 
 def test_table4_plot_layout(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """No silent wrong answers (issue #20): overlapping out=, parameters outside the compute
 dtype's range, ... each against what numpy (or float64, rounded once) gives."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,7 +48,9 @@ def test_out_overlapping_an_operand_gives_numpys_answer(name, dt, n, shift, whic
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**dict(_OVERLAP_CASES, name=st.sampled_from(NAMES)))
-def test_out_overlapping_an_operand_gives_numpys_answer_at_length(name, dt, n, shift, which, repeat):
+def test_out_overlapping_an_operand_gives_numpys_answer_at_length(
+    name, dt, n, shift, which, repeat
+):
     _check_overlap(name, dt, n, shift, which, repeat)
 
 
@@ -101,7 +104,11 @@ def test_strided_out_is_written_at_its_stride(view, n, dt):
         act = iglu_np.get(name)
         x = (rng.standard_normal(n) * 3).astype(dt)
         g = rng.standard_normal(n).astype(dt)
-        calls = [(act, (x,)), (act.backward, (x, g)), (act.ufunc, (x, *(dt(v) for v in act.defaults.values())))]
+        calls = [
+            (act, (x,)),
+            (act.backward, (x, g)),
+            (act.ufunc, (x, *(dt(v) for v in act.defaults.values()))),
+        ]
         for fn, args in calls:
             want = fn(*args)
             buf = np.full(2 * n + 4, -1234.5, dt)
@@ -178,14 +185,27 @@ def test_float32_with_a_parameter_beyond_float32_is_float64_rounded_once(name):
                     (act.dx(x32, **kw), act.dx(x64, **kw)),
                     (act.backward(x32, g32, **kw), act.backward(x64, g64, **kw)),
                 ]
-                pairs += [(a, b) for a, b in zip(act.dparams(x32, **kw).values(), act.dparams(x64, **kw).values())]
-                pairs += [(a, b) for a, b in zip(act.backward_params(x32, g32, **kw).values(),
-                                                 act.backward_params(x64, g64, **kw).values())]
+                pairs += [
+                    (a, b)
+                    for a, b in zip(
+                        act.dparams(x32, **kw).values(), act.dparams(x64, **kw).values()
+                    )
+                ]
+                pairs += [
+                    (a, b)
+                    for a, b in zip(
+                        act.backward_params(x32, g32, **kw).values(),
+                        act.backward_params(x64, g64, **kw).values(),
+                    )
+                ]
                 for got, want in pairs:
                     assert got.dtype == np.float32
-                    assert np.array_equal(got, np.asarray(want).astype(np.float32), equal_nan=True), (
-                        name, p.name, v, got, want)
-    assert tried, f"{name}: no parameter admits a value beyond float32's range: the case is not exercised"
+                    assert np.array_equal(
+                        got, np.asarray(want).astype(np.float32), equal_nan=True
+                    ), (name, p.name, v, got, want)
+    assert tried, (
+        f"{name}: no parameter admits a value beyond float32's range: the case is not exercised"
+    )
 
 
 # --------------------------------------------------------------------------- subnormal tails
@@ -193,7 +213,9 @@ def _steps(dt, got, truth):
     """|got - truth| in units of the spacing at the truth, subnormal spacing below the
     smallest normal (the harness's ulp never counts a unit below that)."""
     fi = np.finfo(dt)
-    sp = float(np.spacing(dt(abs(truth)))) if abs(truth) >= fi.tiny else float(fi.smallest_subnormal)
+    sp = (
+        float(np.spacing(dt(abs(truth)))) if abs(truth) >= fi.tiny else float(fi.smallest_subnormal)
+    )
     return abs(float(got) - truth) / sp
 
 
@@ -206,10 +228,16 @@ _TAILS = {  # (call, mpmath truth, bound): x * exp(x)-like results that go subno
     "silu.dx": (lambda a, x: a.dx(x), lambda mp, x: _sig(mp, x) * (1 + x * (1 - _sig(mp, x))), 8),
     "mish": (lambda a, x: a(x), lambda mp, x: x * mp.tanh(mp.log1p(mp.exp(x))), 4),
     "xsilu": (lambda a, x: a(x, alpha=0.0), lambda mp, x: x * _sig(mp, x), 4),
-    "xsilu.dx": (lambda a, x: a.dx(x, alpha=0.0),
-                 lambda mp, x: _sig(mp, x) * (1 + x * (1 - _sig(mp, x))), 8),
-    "softplus.d_beta": (lambda a, x: a.dparams(x)["beta"],
-                        lambda mp, x: x / (1 + mp.exp(-x)) - mp.log1p(mp.exp(x)), 8),
+    "xsilu.dx": (
+        lambda a, x: a.dx(x, alpha=0.0),
+        lambda mp, x: _sig(mp, x) * (1 + x * (1 - _sig(mp, x))),
+        8,
+    ),
+    "softplus.d_beta": (
+        lambda a, x: a.dparams(x)["beta"],
+        lambda mp, x: x / (1 + mp.exp(-x)) - mp.log1p(mp.exp(x)),
+        8,
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """Conventions and edge cases of the sigmoidal, softplus and ELU families that the
 generic mpmath sweep does not pin down: kink conventions, limits, the exact softplus
 branch test, and agreement with PyTorch where PyTorch is accurate."""
+
 import math
 
 import mpmath
@@ -88,7 +89,9 @@ def test_softplus_threshold_test_is_exact(dtype):
 
 
 def test_agrees_with_pytorch_where_pytorch_is_accurate():
-    torch = pytest.importorskip("torch", reason="the comparison with torch needs torch (CI installs it)")
+    torch = pytest.importorskip(
+        "torch", reason="the comparison with torch needs torch (CI installs it)"
+    )
     F = torch.nn.functional
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-8, 8, 300), [-3.0, -1.0, 0.5, 2.0, 7.5]])
@@ -100,16 +103,26 @@ def test_agrees_with_pytorch_where_pytorch_is_accurate():
         "elu": (lambda t: F.elu(t, alpha=1.7), {"alpha": 1.7}),
         "celu": (lambda t: F.celu(t, alpha=0.6), {"alpha": 0.6}),
         "selu": (F.selu, {}),
-        "softplus": (lambda t: F.softplus(t, beta=2.0, threshold=10.0), {"beta": 2.0, "threshold": 10.0}),
+        "softplus": (
+            lambda t: F.softplus(t, beta=2.0, threshold=10.0),
+            {"beta": 2.0, "threshold": 10.0},
+        ),
     }
     xt = x[np.abs(x) > 2]  # tanhshrink: torch's x - tanh(x) cancels near 0
     for name, (fn, p) in cases.items():
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
         y = fn(t)
         y.sum().backward()
-        np.testing.assert_allclose(iglu_np.get(name)(x, **p), y.detach().numpy(), rtol=1e-13, err_msg=name)
-        if name != "celu":  # torch's celu backward is off by up to ~3e-6 relative (0.99999996 at x = 0, alpha = 0.6)
+        np.testing.assert_allclose(
+            iglu_np.get(name)(x, **p), y.detach().numpy(), rtol=1e-13, err_msg=name
+        )
+        if (
+            name != "celu"
+        ):  # torch's celu backward is off by up to ~3e-6 relative (0.99999996 at x = 0, alpha = 0.6)
             # atol: torch forms 1 - tanh^2 and 1 - sigma, accurate only in absolute terms
-            np.testing.assert_allclose(iglu_np.get(name).dx(x, **p), t.grad.numpy(), rtol=1e-12,
-                                       atol=1e-15, err_msg=name)
-    np.testing.assert_allclose(iglu_np.tanhshrink(xt), F.tanhshrink(torch.tensor(xt)).numpy(), rtol=1e-13)
+            np.testing.assert_allclose(
+                iglu_np.get(name).dx(x, **p), t.grad.numpy(), rtol=1e-12, atol=1e-15, err_msg=name
+            )
+    np.testing.assert_allclose(
+        iglu_np.tanhshrink(xt), F.tanhshrink(torch.tensor(xt)).numpy(), rtol=1e-13
+    )

@@ -1,5 +1,6 @@
 """Swish x sigma(beta x): SiLU bit for bit at beta = 1, its symmetries, and accuracy over
 the whole float range of x and beta (the registry sweep keeps |x| <= 1e6)."""
+
 import mpmath
 import numpy as np
 import pytest
@@ -15,9 +16,12 @@ IDS = ["f32", "f64"]
 
 def _grid(dtype):
     fi = np.finfo(dtype)
-    mags = np.append(np.geomspace(float(fi.smallest_subnormal), float(fi.max) / 2, 4000), float(fi.max))
-    x = np.concatenate([mags, -mags, np.linspace(-800, 800, 4001),
-                        [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    mags = np.append(
+        np.geomspace(float(fi.smallest_subnormal), float(fi.max) / 2, 4000), float(fi.max)
+    )
+    x = np.concatenate(
+        [mags, -mags, np.linspace(-800, 800, 4001), [0.0, -0.0, np.inf, -np.inf, np.nan]]
+    )
     return x.astype(dtype)
 
 
@@ -46,7 +50,9 @@ def test_negative_beta_mirrors_and_zero_beta_halves(dtype):
     np.testing.assert_array_equal(w(x, beta=0.0), x / dtype(2))
     np.testing.assert_array_equal(w.dx(x, beta=0.0)[~np.isnan(x)], dtype(0.5))
     # x^2/4 where x^2 neither overflows nor rounds into the subnormal range
-    mid = (np.abs(x) > np.sqrt(np.finfo(dtype).tiny) * 4) & (np.abs(x) < np.sqrt(np.finfo(dtype).max))
+    mid = (np.abs(x) > np.sqrt(np.finfo(dtype).tiny) * 4) & (
+        np.abs(x) < np.sqrt(np.finfo(dtype).max)
+    )
     np.testing.assert_array_equal(w.dparams(x[mid], beta=0.0)["beta"], (x[mid] * x[mid]) / dtype(4))
 
 
@@ -64,7 +70,9 @@ _EXTREME = [
 ]
 
 
-@pytest.mark.parametrize("dtype,xs,beta", _EXTREME, ids=[f"{d.__name__}-{b}" for d, _, b in _EXTREME])
+@pytest.mark.parametrize(
+    "dtype,xs,beta", _EXTREME, ids=[f"{d.__name__}-{b}" for d, _, b in _EXTREME]
+)
 def test_extreme_x_and_beta_within_the_bounds(dtype, xs, beta):
     spec = iglu_np.swish.spec
     x = np.array(xs, dtype)
@@ -112,4 +120,9 @@ def test_random_x_and_beta_over_the_float_range(dtype):
                     scale.append(sfn(mpmath.mp, xm, bm))
         err = acc.ulp_errors(got, true, scale, dtype, subnormal=True)
         i = int(np.argmax(err))
-        assert err[i] <= acc.tolerance(spec, kind), (kind, float(err[i]), float(x[i]), float(beta[i]))
+        assert err[i] <= acc.tolerance(spec, kind), (
+            kind,
+            float(err[i]),
+            float(x[i]),
+            float(beta[i]),
+        )

@@ -1,4 +1,5 @@
 """iglu_np.torch: every activation as a differentiable torch op and an nn.Module."""
+
 import copy
 import math
 import subprocess
@@ -74,8 +75,10 @@ def test_gradcheck_in_x_and_every_parameter(name):
     act = iglu_np.get(name)
     sets = _channel_params(act)
     x = _x_away_from_kinks(act, sets).requires_grad_()
-    ps = [torch.tensor([s[p] for s in sets], dtype=torch.float64, requires_grad=True)
-          for p in act.param_names]
+    ps = [
+        torch.tensor([s[p] for s in sets], dtype=torch.float64, requires_grad=True)
+        for p in act.param_names
+    ]
     fn = it.FUNCTIONS[name]
 
     def f(x, *ps):
@@ -83,8 +86,10 @@ def test_gradcheck_in_x_and_every_parameter(name):
 
     assert torch.autograd.gradcheck(f, (x, *ps))
     x0 = _x_away_from_kinks(act, sets[:1], rows=6)[:, 0].clone().requires_grad_()
-    p0 = [torch.tensor(float(sets[0][p]), dtype=torch.float64, requires_grad=True)
-          for p in act.param_names]
+    p0 = [
+        torch.tensor(float(sets[0][p]), dtype=torch.float64, requires_grad=True)
+        for p in act.param_names
+    ]
     assert torch.autograd.gradcheck(f, (x0, *p0))
 
 
@@ -106,8 +111,9 @@ def test_every_activation_has_a_function_an_op_and_a_module():
 # ------------------------------------------------------------------ training
 def _mlp(act):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(5, 16), act, torch.nn.Linear(16, 16), act,
-                               torch.nn.Linear(16, 2)).double()
+    return torch.nn.Sequential(
+        torch.nn.Linear(5, 16), act, torch.nn.Linear(16, 16), act, torch.nn.Linear(16, 2)
+    ).double()
 
 
 class _Fn(torch.nn.Module):
@@ -135,8 +141,10 @@ def _train(model, opt_cls, steps=4):
 
 
 @pytest.mark.parametrize("opt_cls", [torch.optim.SGD, torch.optim.Adam], ids=["SGD", "Adam"])
-@pytest.mark.parametrize("name", ["silu", "gelu", "elu", "softplus", "mish", "tanh",
-                                  "hardswish", "leaky_relu", "celu", "selu"])
+@pytest.mark.parametrize(
+    "name",
+    ["silu", "gelu", "elu", "softplus", "mish", "tanh", "hardswish", "leaky_relu", "celu", "selu"],
+)
 def test_training_matches_torch_activation(name, opt_cls):
     ours = _mlp(_Fn(it.FUNCTIONS[name]))
     theirs = _mlp(_Fn(getattr(F, iglu_np.get(name).spec.torch)))
@@ -149,8 +157,9 @@ def test_training_matches_torch_activation(name, opt_cls):
 
 
 def test_learnable_prelu_trains_like_torch_prelu():
-    ours = torch.nn.Sequential(torch.nn.Linear(5, 16), it.PReLU(learnable=True, num_parameters=16),
-                               torch.nn.Linear(16, 2))
+    ours = torch.nn.Sequential(
+        torch.nn.Linear(5, 16), it.PReLU(learnable=True, num_parameters=16), torch.nn.Linear(16, 2)
+    )
     theirs = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.PReLU(16), torch.nn.Linear(16, 2))
     theirs.load_state_dict(ours.state_dict())
     l1, p1 = _train(ours.double(), torch.optim.Adam)
@@ -184,7 +193,12 @@ def test_module_keeps_constrained_parameters_in_their_domain():
     torch.manual_seed(0)
     m = it.XIELU(learnable=True, num_parameters=4)
     s = it.IGLU(sigma=0.01, learnable=True)
-    assert {n for n, _ in m.named_parameters()} == {"raw_alpha_p", "raw_alpha_n", "raw_beta", "raw_eps"}
+    assert {n for n, _ in m.named_parameters()} == {
+        "raw_alpha_p",
+        "raw_alpha_n",
+        "raw_beta",
+        "raw_eps",
+    }
     x = torch.randn(32, 4)
     opt = torch.optim.SGD([*m.parameters(), *s.parameters()], lr=50.0)
     for _ in range(5):
@@ -205,11 +219,14 @@ def test_module_fixed_parameters_and_unconstrained_learnable_ones():
     assert "negative_slope=0.1 (learnable)" in repr(lr)
     g = it.Activation("gelu_a", a=0.5)
     assert repr(g) == "Activation('gelu_a', a=0.5)"
-    torch.testing.assert_close(g(torch.ones(3)), torch.from_numpy(iglu_np.gelu_a(np.ones(3, np.float32), a=0.5)))
+    torch.testing.assert_close(
+        g(torch.ones(3)), torch.from_numpy(iglu_np.gelu_a(np.ones(3, np.float32), a=0.5))
+    )
     m2 = it.Softplus(beta=torch.tensor([1.0, 2.0]))  # a fixed per-column tensor: a buffer
     assert [n for n, _ in m2.named_buffers()] == ["beta"]
-    torch.testing.assert_close(m2(torch.zeros(3, 2)),
-                               torch.log(torch.tensor(2.0)) / torch.tensor([1.0, 2.0]).expand(3, 2))
+    torch.testing.assert_close(
+        m2(torch.zeros(3, 2)), torch.log(torch.tensor(2.0)) / torch.tensor([1.0, 2.0]).expand(3, 2)
+    )
 
 
 def test_modules_pickle_copy_and_load_state():
@@ -241,7 +258,9 @@ def test_dtype_is_kept_in_forward_and_backward(dtype):
     assert x.grad.dtype == dtype and sigma.grad.dtype == dtype
     xn = x.detach().numpy()
     np.testing.assert_array_equal(y.detach().numpy(), iglu_np.iglu(xn, sigma=1.5))
-    np.testing.assert_array_equal(x.grad.numpy(), iglu_np.iglu.backward(xn, np.ones_like(xn), sigma=1.5))
+    np.testing.assert_array_equal(
+        x.grad.numpy(), iglu_np.iglu.backward(xn, np.ones_like(xn), sigma=1.5)
+    )
 
 
 def test_float64_parameter_with_float32_input():
@@ -268,8 +287,9 @@ def test_bfloat16_cpu_tensors():
     y = it.iglu(x, sigma=sigma)
     assert y.dtype == torch.bfloat16
     want = iglu_np.iglu(x.detach().float().numpy(), sigma=1.5)
-    np.testing.assert_array_equal(y.float().detach().numpy(),
-                                  torch.from_numpy(want).bfloat16().float().numpy())
+    np.testing.assert_array_equal(
+        y.float().detach().numpy(), torch.from_numpy(want).bfloat16().float().numpy()
+    )
     y.sum().backward()
     assert x.grad.dtype == torch.bfloat16 and sigma.grad.dtype == torch.bfloat16
     dp = iglu_np.iglu.dparams(x.detach().float().numpy(), sigma=1.5)["sigma"]
@@ -351,7 +371,9 @@ def test_torch_compile_fullgraph_keeps_each_op_opaque_forward_and_backward():
 
     f, x, s, want = _compile_case()
     torch._dynamo.reset()
-    cf = torch.compile(f, fullgraph=True, backend=aot_autograd(fw_compiler=record, bw_compiler=record))
+    cf = torch.compile(
+        f, fullgraph=True, backend=aot_autograd(fw_compiler=record, bw_compiler=record)
+    )
     cf(x, s).backward()
     torch.testing.assert_close((x.grad, s.grad), want, rtol=1e-14, atol=0)
     fw, bw = graphs
@@ -376,15 +398,19 @@ def test_torch_compile_fullgraph_with_inductor():
 
 # ------------------------------------------------------------------ import, GPU
 def test_import_iglu_np_does_not_import_torch():
-    code = ("import sys, iglu_np; iglu_np.iglu(1.0); "
-            "assert 'torch' not in sys.modules and 'iglu_np.torch' not in sys.modules")
+    code = (
+        "import sys, iglu_np; iglu_np.iglu(1.0); "
+        "assert 'torch' not in sys.modules and 'iglu_np.torch' not in sys.modules"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
 def test_import_without_torch_names_the_extra():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "try:\n    import iglu_np.torch\nexcept ImportError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "try:\n    import iglu_np.torch\nexcept ImportError as e:\n    print(e)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "pip install '.[torch]'" in r.stdout
@@ -412,7 +438,9 @@ def test_cuda_tensors_match_the_cpu_on_a_side_stream(dtype):
         out[dev] = res
     assert [t.dtype for t in out["cuda"]] == [dtype] * 3
     # the parameter gradient sums 4096 terms, in another order on the GPU
-    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-5, torch.float64: 1e-12}[
+        dtype
+    ]
     for a, b in zip(out["cpu"], out["cuda"]):
         torch.testing.assert_close(b, a, rtol=tol, atol=tol)
 

@@ -6,6 +6,7 @@ kernel edit that reintroduces a data-dependent branch LLVM will not if-convert, 
 left inside the element loop or a libm call makes these fail; run
 ``python tools/simd_report.py <name>`` to see which kind and dtype.
 """
+
 import math
 import platform
 import sys
@@ -20,8 +21,9 @@ import iglu_np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import x86_asm  # noqa: E402  (tools/x86_asm.py: a development tool, not in the package)
 
-pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
-                                reason="inspects x86-64 assembly")
+pytestmark = pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64"), reason="inspects x86-64 assembly"
+)
 
 DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
@@ -48,8 +50,10 @@ def test_iglu_loops_vectorise(kind, dtype):
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)
-@pytest.mark.parametrize("name,kind,alias", [("iglu", "fwd", 0), ("iglu", "bwd", 1),
-                                             ("gelu", "fwd", 0), ("gelu", "bwd", 1)])
+@pytest.mark.parametrize(
+    "name,kind,alias",
+    [("iglu", "fwd", 0), ("iglu", "bwd", 1), ("gelu", "fwd", 0), ("gelu", "bwd", 1)],
+)
 def test_in_place_loops_vectorise(name, kind, alias, dtype):
     """out = x (out = grad_out): the in-place variants, which the backend picks (given
     out aliasing an input, loop_<kind>'s runtime alias check takes its scalar loop)."""
@@ -103,22 +107,24 @@ def test_detector_sees_libm_calls_and_simd():
 
 
 def test_detector_on_synthetic_assembly():
-    asm = "\n".join([
-        "f:",
-        "\tmovl\t$0, %eax",
-        ".LBB0_1:",
-        "\tvmovups\t(%rdi,%rax,4), %zmm0",
-        "\tvfmadd213ps\t%zmm1, %zmm2, %zmm0",
-        "\taddq\t$16, %rax",
-        "\tjne\t.LBB0_1",
-        ".LBB0_2:",
-        "\tvmulss\t%xmm0, %xmm1, %xmm0",
-        "\tmovabsq\t$expf, %rax",
-        "\tcallq\t*%rax",
-        "\tjne\t.LBB0_2",
-        "\tretq",
-    ])
-    (name, lines), = x86_asm.functions(asm).items()
+    asm = "\n".join(
+        [
+            "f:",
+            "\tmovl\t$0, %eax",
+            ".LBB0_1:",
+            "\tvmovups\t(%rdi,%rax,4), %zmm0",
+            "\tvfmadd213ps\t%zmm1, %zmm2, %zmm0",
+            "\taddq\t$16, %rax",
+            "\tjne\t.LBB0_1",
+            ".LBB0_2:",
+            "\tvmulss\t%xmm0, %xmm1, %xmm0",
+            "\tmovabsq\t$expf, %rax",
+            "\tcallq\t*%rax",
+            "\tjne\t.LBB0_2",
+            "\tretq",
+        ]
+    )
+    ((name, lines),) = x86_asm.functions(asm).items()
     assert name == "f" and x86_asm.loops(lines) == [(1, 5), (6, 10)]
     st = x86_asm.loop_stats(lines)
     assert st == {"packed": 1, "simd": True, "bits": 512, "calls": ["expf"]}
@@ -128,35 +134,42 @@ def _listing(pre, body):
     return "\n".join(["f:", *pre, ".LBB0_1:", *body, "\tjne\t.LBB0_1", "\tretq"])
 
 
-@pytest.mark.parametrize("load", [
-    "\tmovabsq\t$atan, %rbx",
-    "\tleaq\tatan(%rip), %rbx",
-    "\tmovq\tatan@GOTPCREL(%rip), %rbx",
-    "\tmovl\t$atan, %ebx",
-], ids=["movabsq", "leaq-rip", "gotpcrel", "movl-32"])
+@pytest.mark.parametrize(
+    "load",
+    [
+        "\tmovabsq\t$atan, %rbx",
+        "\tleaq\tatan(%rip), %rbx",
+        "\tmovq\tatan@GOTPCREL(%rip), %rbx",
+        "\tmovl\t$atan, %ebx",
+    ],
+    ids=["movabsq", "leaq-rip", "gotpcrel", "movl-32"],
+)
 def test_detector_follows_calls_through_registers_loaded_before_the_loop(load):
     # LLVM (znver4, and haswell with LLVM 22) hoists the callee's address out of the
     # loop into a callee-saved register: the call inside the loop names no symbol.
-    asm = _listing([load, "\txorl\t%r12d, %r12d"],
-                   ["\tvmovsd\t(%r15,%r12,8), %xmm0", "\tcallq\t*%rbx", "\tincq\t%r12"])
-    (_, lines), = x86_asm.functions(asm).items()
+    asm = _listing(
+        [load, "\txorl\t%r12d, %r12d"],
+        ["\tvmovsd\t(%r15,%r12,8), %xmm0", "\tcallq\t*%rbx", "\tincq\t%r12"],
+    )
+    ((_, lines),) = x86_asm.functions(asm).items()
     assert x86_asm.loop_stats(lines) == {"packed": 0, "simd": False, "bits": 0, "calls": ["atan"]}
 
 
 def test_detector_register_overwritten_after_the_load_stays_unresolved():
     asm = _listing(["\tmovabsq\t$atan, %rbx", "\tmovq\t%rdi, %rbx"], ["\tcallq\t*%rbx"])
-    (_, lines), = x86_asm.functions(asm).items()
+    ((_, lines),) = x86_asm.functions(asm).items()
     assert x86_asm.loop_stats(lines)["calls"] == ["*%rbx"]  # unknown callee: still a call
     # a compare or test reads the register and does not hide the load
     asm = _listing(["\tmovabsq\t$expf, %r14", "\ttestq\t%rdi, %r14"], ["\tcallq\t*%r14"])
-    (_, lines), = x86_asm.functions(asm).items()
+    ((_, lines),) = x86_asm.functions(asm).items()
     assert x86_asm.loop_stats(lines)["calls"] == ["expf"]
 
 
 def test_detector_runtime_calls_through_registers_are_not_libm():
-    asm = _listing(["\tmovabsq\t$NRT_decref, %r13"],
-                   ["\tvaddps\t%ymm0, %ymm1, %ymm1", "\tcallq\t*%r13"])
-    (_, lines), = x86_asm.functions(asm).items()
+    asm = _listing(
+        ["\tmovabsq\t$NRT_decref, %r13"], ["\tvaddps\t%ymm0, %ymm1, %ymm1", "\tcallq\t*%r13"]
+    )
+    ((_, lines),) = x86_asm.functions(asm).items()
     assert x86_asm.loop_stats(lines) == {"packed": 1, "simd": True, "bits": 256, "calls": []}
 
 
@@ -190,13 +203,17 @@ def _compile_for(cpu, template, env=(), **fmt):
     import subprocess
     import sys
 
-    full = dict(os.environ, NUMBA_CPU_NAME=cpu,
-                NUMBA_CPU_FEATURES="+avx2" if cpu == "haswell" else "+avx512f")
+    full = dict(
+        os.environ,
+        NUMBA_CPU_NAME=cpu,
+        NUMBA_CPU_FEATURES="+avx2" if cpu == "haswell" else "+avx512f",
+    )
     full.pop("IGLU_NP_CPU_VECTOR_BITS", None)
     full.update(env)
     code = template.format(tests=os.path.dirname(os.path.abspath(__file__)), **fmt)
-    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
-                       timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=1200
+    )
     if f"'{cpu}' is not a recognized processor" in r.stderr:
         # An older Numba's LLVM (0.59's LLVM 14: no znver4, no emeraldrapids) aborts on the
         # name: the CPU cannot be asked about, which says nothing of iglu_np.
@@ -214,7 +231,11 @@ def _probe(cpu, names):
     assert not atan["simd"] and any("atan" in c for c in atan["calls"]), (cpu, atan)
     assert mul["simd"] and mul["packed"] > 0 and not mul["calls"], (cpu, mul)
     known = _known_scalar_on(cpu)
-    scalar = {tuple(k.rsplit("-", 2)): st for k, st in res["loops"].items() if not st["simd"] or st["libm"]}
+    scalar = {
+        tuple(k.rsplit("-", 2)): st
+        for k, st in res["loops"].items()
+        if not st["simd"] or st["libm"]
+    }
     bad = {k: st for k, st in scalar.items() if k not in known}
     assert not bad, (cpu, bad)
     # strict, as KNOWN_SCALAR's xfail: a loop that vectorises again is taken off the list
@@ -228,8 +249,10 @@ _KNOWN = {(n, k, np.dtype(d).name) for n, k, d in KNOWN_SCALAR}
 # in which LLVM's cost model for haswell and skylake-avx512 keeps the backward loop scalar
 # ("vectorization is not beneficial"; Python 3.11, same Numba and LLVM: vectorised; numpy's
 # version plays no part). znver4 and sapphirerapids vectorise it on every Python.
-_KNOWN_FROM_PY312 = {"haswell": {("xielu", "bwd", "float64")},
-                     "skylake-avx512": {("xielu", "bwd", "float64")}}
+_KNOWN_FROM_PY312 = {
+    "haswell": {("xielu", "bwd", "float64")},
+    "skylake-avx512": {("xielu", "bwd", "float64")},
+}
 
 
 def _known_scalar_on(cpu):
@@ -276,16 +299,27 @@ print(json.dumps({{"wide": _wide.wide(), "user": _stats_of(_mul_loop, np.float64
 # Each case compiles in a child process (~6 s): an AVX-512 target's 512-bit and
 # skylake-avx512's 256-bit defaults by default; the other CPUs and the overrides with
 # -m slow.
-@pytest.mark.parametrize("cpu,env,bits", [
-    ("sapphirerapids", {}, 512),
-    pytest.param("emeraldrapids", {}, 512, marks=pytest.mark.slow),
-    pytest.param("sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256, marks=pytest.mark.slow),
-    pytest.param("sapphirerapids", {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"}, 256,
-                 marks=pytest.mark.slow),
-    ("skylake-avx512", {}, 256),  # its clock drops on 512-bit work
-    pytest.param("skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512, marks=pytest.mark.slow),
-    pytest.param("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "cpu,env,bits",
+    [
+        ("sapphirerapids", {}, 512),
+        pytest.param("emeraldrapids", {}, 512, marks=pytest.mark.slow),
+        pytest.param(
+            "sapphirerapids", {"IGLU_NP_CPU_VECTOR_BITS": "256"}, 256, marks=pytest.mark.slow
+        ),
+        pytest.param(
+            "sapphirerapids",
+            {"NUMBA_CPU_FEATURES": "+avx512f,+prefer-256-bit"},
+            256,
+            marks=pytest.mark.slow,
+        ),
+        ("skylake-avx512", {}, 256),  # its clock drops on 512-bit work
+        pytest.param(
+            "skylake-avx512", {"IGLU_NP_CPU_VECTOR_BITS": "512"}, 512, marks=pytest.mark.slow
+        ),
+        pytest.param("haswell", {"NUMBA_CPU_FEATURES": "+avx2,+fma"}, 256, marks=pytest.mark.slow),
+    ],
+)
 def test_fast_loops_vector_width(cpu, env, bits):
     res = _compile_for(cpu, _WIDTH_PROBE, env)
     assert res == {"wide": bits == 512, "user": 256, "iglu": bits, "gelu": bits}, (cpu, env)

@@ -4,6 +4,7 @@ Bounds are the measured worst case over the sample plus a margin (measured: atan
 exp 0.87/0.82, expm1 0.79/1.74, log1p 0.62/0.64, log 0.67/0.58, tanh 1.09/1.03,
 erf 1.20/1.09, erfc 2.42/2.72 ulp in float32/float64).
 """
+
 import math
 
 import mpmath
@@ -13,8 +14,16 @@ import pytest
 
 from iglu_np import _vmath as V
 
-BOUND = {"atan": 2.5, "exp": 1.0, "expm1": 2.0, "log1p": 1.0, "log": 1.0, "tanh": 1.5,
-         "erf": 1.5, "erfc": 3.0}
+BOUND = {
+    "atan": 2.5,
+    "exp": 1.0,
+    "expm1": 2.0,
+    "log1p": 1.0,
+    "log": 1.0,
+    "tanh": 1.5,
+    "erf": 1.5,
+    "erfc": 3.0,
+}
 
 CASES = {
     "atan": (mpmath.atan, -1e30, 1e30),
@@ -135,8 +144,11 @@ def test_hypot(dtype):
     top = math.log10(float(fi.max))
     a = 10.0 ** rng.uniform(-44 if dtype == np.float32 else -322, top, n) * rng.choice([-1, 1], n)
     with np.errstate(over="ignore"):  # beyond the dtype's range: inf, tested as such
-        b = np.where(rng.random(n) < 0.5, 10.0 ** rng.uniform(-40, top, n),
-                     np.abs(a) * 10.0 ** rng.uniform(-9, 9, n))
+        b = np.where(
+            rng.random(n) < 0.5,
+            10.0 ** rng.uniform(-40, top, n),
+            np.abs(a) * 10.0 ** rng.uniform(-9, 9, n),
+        )
         a = np.concatenate([a, rng.standard_normal(n)]).astype(dtype)
         b = np.concatenate([b, 3 * rng.standard_normal(n)]).astype(dtype)
     out = np.empty_like(a)
@@ -168,7 +180,9 @@ def test_hypot(dtype):
     assert V.MATH.hypot is V.hypot
 
 
-@pytest.mark.parametrize("dtype,lo", [(np.float32, -79.0), (np.float64, -163.0)], ids=["f32", "f64"])
+@pytest.mark.parametrize(
+    "dtype,lo", [(np.float32, -79.0), (np.float64, -163.0)], ids=["f32", "f64"]
+)
 def test_mul_exp_rounds_once(dtype, lo):
     """mul_exp(s, x) = s exp(x) over GELU's native range (s = 1/(u + 2) in [1/16, 1/2], x =
     -u^2/2), with s (1 + p) one fma: measured 0.96/0.90 ulp (float32/float64) over 3000
@@ -188,5 +202,7 @@ def test_mul_exp_rounds_once(dtype, lo):
     with mpmath.workdps(40):
         for a, b, g in zip(s, x, got):
             t = mpmath.mpf(float(a)) * mpmath.exp(mpmath.mpf(float(b)))
-            worst = max(worst, float(abs(mpmath.mpf(float(g)) - t) / float(np.spacing(dtype(float(t))))))
+            worst = max(
+                worst, float(abs(mpmath.mpf(float(g)) - t) / float(np.spacing(dtype(float(t)))))
+            )
     assert worst <= 1.1, worst

@@ -16,6 +16,7 @@ Measured so: the same loop compiled twice timed alike (within 0.5%), where separ
 processes differed by up to 40%. The asv benchmarks and ``iglu-np bench`` measure whole
 calls; this compares kernels.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def spec_at(rev: str, name: str) -> dict:
     """``define``'s keyword arguments for ``name`` in its spec file at ``rev``."""
     mod = sys.modules[iglu_np.get(name).spec.f.__module__]
     rel = Path(mod.__file__).resolve().relative_to(ROOT).as_posix()
-    src = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
+    src = subprocess.run(
+        ["git", "show", f"{rev}:{rel}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     found = {}
 
     def capture(n, **kw):
@@ -79,7 +81,7 @@ def _aligned(n: int, dt, offset: int) -> np.ndarray:
     same loop ran ~20% slower."""
     buf = np.empty(n * dt.itemsize + 128, np.uint8)
     s = -buf.ctypes.data % 64 + offset
-    return buf[s:s + n * dt.itemsize].view(dt)
+    return buf[s : s + n * dt.itemsize].view(dt)
 
 
 @contextlib.contextmanager
@@ -104,12 +106,20 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--n", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--offset", type=int, default=16,
-                    help="bytes past a 64-byte boundary where the arrays start (numpy's large "
-                         "arrays, mmap'd, start 16 bytes past a page; 0: aligned)")
-    ap.add_argument("--old-vector-bits", type=int, choices=(256, 512),
-                    help="build the old side's loops with this vector width preferred "
-                         "(iglu_np.backends.cpu._wide; REV HEAD then compares widths alone)")
+    ap.add_argument(
+        "--offset",
+        type=int,
+        default=16,
+        help="bytes past a 64-byte boundary where the arrays start (numpy's large "
+        "arrays, mmap'd, start 16 bytes past a page; 0: aligned)",
+    )
+    ap.add_argument(
+        "--old-vector-bits",
+        type=int,
+        choices=(256, 512),
+        help="build the old side's loops with this vector width preferred "
+        "(iglu_np.backends.cpu._wide; REV HEAD then compares widths alone)",
+    )
     ap.add_argument("--params", default="", help="name=value,... (default: the spec's defaults)")
     a = ap.parse_args(argv)
     act = iglu_np.get(a.name)
@@ -123,9 +133,11 @@ def main(argv=None) -> int:
     old_name = f"{a.name}__ab_{''.join(c if c.isalnum() else '_' for c in a.rev)}"
     _spec.define(old_name, **spec_at(a.rev, a.name))
     rng = np.random.default_rng(0)
-    print(f"{a.name} at {a.rev} (old) against the working tree (new): one thread, n = {a.n}, "
-          f"N(0, 9), arrays at 64k + {a.offset} bytes, params {params}, best of {a.rounds} "
-          f"alternated rounds")
+    print(
+        f"{a.name} at {a.rev} (old) against the working tree (new): one thread, n = {a.n}, "
+        f"N(0, 9), arrays at 64k + {a.offset} bytes, params {params}, best of {a.rounds} "
+        f"alternated rounds"
+    )
     for dt in (np.dtype(d) for d in a.dtypes.split(",")):
         x = _aligned(a.n, dt, a.offset)
         x[...] = rng.standard_normal(a.n) * 3
@@ -150,8 +162,11 @@ def main(argv=None) -> int:
                         lp(*ins, outs[2], False, *p)  # one output: the same alignment
                     best[j] = min(best[j], (time.perf_counter() - t) / reps / a.n * 1e9)
             same = np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
-            print(f"{dt.name} {kind}: old {best[0]:.3f} new {best[1]:.3f} ns/el, new/old "
-                  f"{best[1] / best[0]:.3f}, outputs {'identical' if same else 'differ'}", flush=True)
+            print(
+                f"{dt.name} {kind}: old {best[0]:.3f} new {best[1]:.3f} ns/el, new/old "
+                f"{best[1] / best[0]:.3f}, outputs {'identical' if same else 'differ'}",
+                flush=True,
+            )
     return 0
 
 

@@ -26,6 +26,7 @@ its x and |x|) at git revision REV, in a temporary worktree with this file copie
 the working tree, and prints worst, mean and 99th-percentile error side by side: a kernel
 change's accuracy, paired point for point.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,11 @@ def _near(rng, dt, e: float, up: bool) -> float:
         for _ in range(int(rng.integers(1, 5))):
             v = float(np.nextafter(dt(v), dt(np.inf if up else -np.inf)))
         return v
-    d = (10 ** rng.uniform(math.log10(float(fi.smallest_subnormal)), 0) if rng.random() < 0.5
-         else 10 ** rng.uniform(-20, 0))
+    d = (
+        10 ** rng.uniform(math.log10(float(fi.smallest_subnormal)), 0)
+        if rng.random() < 0.5
+        else 10 ** rng.uniform(-20, 0)
+    )
     if e != 0 and rng.random() < 0.7:
         d *= abs(e)
     return e + d if up else e - d
@@ -121,8 +125,21 @@ def sample_param(rng, p, dt) -> float:
         elif r < 0.93:
             v = float(rng.choice(list(p.test_values) + [p.default]))
         else:  # extremes of the dtype
-            v = rng.choice([float(fi.max), float(fi.tiny), float(fi.smallest_subnormal), 2.0 ** 64,
-                            2.0 ** -64, 1e35, 1e-35, 1e155, 1e-155, 1e305, 1e-305]) * rng.choice([-1, 1])
+            v = rng.choice(
+                [
+                    float(fi.max),
+                    float(fi.tiny),
+                    float(fi.smallest_subnormal),
+                    2.0**64,
+                    2.0**-64,
+                    1e35,
+                    1e-35,
+                    1e155,
+                    1e-155,
+                    1e305,
+                    1e-305,
+                ]
+            ) * rng.choice([-1, 1])
         v = _rd(dt, v)
         if p.contains(v):
             return v
@@ -167,12 +184,35 @@ def sample_x(rng, spec, dt, ps, n: int = NX) -> np.ndarray:
             u = u * pv if rng.random() < 0.5 else u / pv
         out.append(u * (1 if rng.random() < 0.85 else -1))
     big, sub, tiny = float(fi.max), float(fi.smallest_subnormal), float(fi.tiny)
-    cands = [0.0, -0.0, 1.0, -1.0, 2.0 ** 64, -2.0 ** 64, 2.0 ** -64, -2.0 ** -64, big, -big, sub, -sub,
-             tiny, -tiny, math.inf, -math.inf]
+    cands = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0**64,
+        -(2.0**64),
+        2.0**-64,
+        -(2.0**-64),
+        big,
+        -big,
+        sub,
+        -sub,
+        tiny,
+        -tiny,
+        math.inf,
+        -math.inf,
+    ]
     cands += acc.special_values(spec, ps)
     for v in pvals:
         for s in (1.0, -1.0):
-            cands += [s * v, s / v, s * 2.0 ** 64 / v, s * 2.0 ** -64 / v, s * v * 2.0 ** 64, s * v * 2.0 ** -64]
+            cands += [
+                s * v,
+                s / v,
+                s * 2.0**64 / v,
+                s * 2.0**-64 / v,
+                s * v * 2.0**64,
+                s * v * 2.0**-64,
+            ]
         for c in (20.0, 745.0, 88.0, 104.0, 37.0):  # exp's edges and GELU's, in units of v
             cands += [c * v, -c * v, c / v, -c / v]
         cands += [0.5 / v, -0.5 / v]
@@ -198,7 +238,9 @@ def sample_x(rng, spec, dt, ps, n: int = NX) -> np.ndarray:
                 for _ in range(int(rng.integers(0, 4))):
                     c = float(np.nextafter(dt(c), dt(rng.choice([-np.inf, np.inf]))))
             elif k < 0.7:
-                c = c * (1 + rng.choice([-1, 1]) * 10 ** rng.uniform(-16 if dt == np.float64 else -7, -1))
+                c = c * (
+                    1 + rng.choice([-1, 1]) * 10 ** rng.uniform(-16 if dt == np.float64 else -7, -1)
+                )
             else:
                 c = c * 10 ** rng.uniform(-3, 3) * rng.choice([-1, 1])
         out.append(c)
@@ -220,9 +262,17 @@ def score(spec, dt, kind: str, x: np.ndarray, ps: dict, got: np.ndarray):
 
 
 def _record(spec, dt, kind, xi, ps, gi, ti, e, scale, i) -> dict:
-    return dict(act=spec.name, dtype=DTYPES[dt], kind=kind, x=repr(float(xi)), params=ps,
-                got=repr(float(gi)), true=mpmath.nstr(ti, 20), err=float(e),
-                scale=None if scale is None or scale[i] is None else mpmath.nstr(scale[i], 6))
+    return dict(
+        act=spec.name,
+        dtype=DTYPES[dt],
+        kind=kind,
+        x=repr(float(xi)),
+        params=ps,
+        got=repr(float(gi)),
+        true=mpmath.nstr(ti, 20),
+        err=float(e),
+        scale=None if scale is None or scale[i] is None else mpmath.nstr(scale[i], 6),
+    )
 
 
 def evaluate(spec, dt, kind: str, x: np.ndarray, ps: dict) -> np.ndarray:
@@ -253,7 +303,9 @@ def search(seconds: float, names, seed: int, fout, log=print) -> dict:
     with parameters get more), writing JSON lines to ``fout``; returns the totals."""
     rng = np.random.default_rng(seed)
     signal.signal(signal.SIGALRM, _alarm)
-    weights = {n: 1.0 if not REGISTRY[n].params else 2.0 + 0.5 * len(REGISTRY[n].params) for n in names}
+    weights = {
+        n: 1.0 if not REGISTRY[n].params else 2.0 + 0.5 * len(REGISTRY[n].params) for n in names
+    }
     total_w = 2 * sum(weights.values())
     totals = collections.Counter()
     for name in names:
@@ -277,20 +329,37 @@ def search(seconds: float, names, seed: int, fout, log=print) -> dict:
                         continue
                     except Exception as e:  # noqa: BLE001 (reported, not hidden)
                         c["exceptions"] += 1
-                        fout.write(json.dumps(dict(type="exc", act=name, dtype=DTYPES[dt], kind=kind, params=ps,
-                                                   x=[repr(float(v)) for v in x], err=repr(e)[:300])) + "\n")
+                        fout.write(
+                            json.dumps(
+                                dict(
+                                    type="exc",
+                                    act=name,
+                                    dtype=DTYPES[dt],
+                                    kind=kind,
+                                    params=ps,
+                                    x=[repr(float(v)) for v in x],
+                                    err=repr(e)[:300],
+                                )
+                            )
+                            + "\n"
+                        )
                         continue
                     c["points"] += len(x)
-                    ok = [i for i in range(len(x)) if true[i] is not None and not math.isnan(err[i])]
+                    ok = [
+                        i for i in range(len(x)) if true[i] is not None and not math.isnan(err[i])
+                    ]
                     if ok:
                         i = max(ok, key=lambda j: err[j])
                         if err[i] > worst.get(kind, {"err": -1.0})["err"]:
-                            worst[kind] = _record(spec, dt, kind, x[i], ps, got[i], true[i], err[i], None, i)
+                            worst[kind] = _record(
+                                spec, dt, kind, x[i], ps, got[i], true[i], err[i], None, i
+                            )
                     for rec in bad:
                         c["violations"] += 1
                         try:
                             rec["recheck_err"], rec["recheck_true"] = _with_alarm(
-                                20, recheck, spec, dt, kind, float(rec["x"]), ps)
+                                20, recheck, spec, dt, kind, float(rec["x"]), ps
+                            )
                         except Exception as e:  # noqa: BLE001
                             rec["recheck_err"] = "failed: " + repr(e)[:100]
                         rec["type"] = "viol"
@@ -300,8 +369,12 @@ def search(seconds: float, names, seed: int, fout, log=print) -> dict:
                 fout.write(json.dumps(dict(rec, type="worst", **c)) + "\n")
             fout.flush()
             totals.update(c)
-            log(f"{name:12s} {DTYPES[dt]} " + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
-                + " | " + " ".join(f"{k}:{v['err']:.3g}" for k, v in worst.items()))
+            log(
+                f"{name:12s} {DTYPES[dt]} "
+                + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
+                + " | "
+                + " ".join(f"{k}:{v['err']:.3g}" for k, v in worst.items())
+            )
     return dict(totals)
 
 
@@ -329,21 +402,32 @@ def report(path) -> str:
     for r in (r for r in recs if r["type"] == "worst"):
         tol = acc.tolerance(REGISTRY[r["act"]], r["kind"])
         flag = "ok " if r["err"] <= tol else "BAD"
-        out.append(f"{flag} {r['act']:12s} {r['dtype']} {r['kind']:10s} {r['err']:.4g} ulp (tol {tol:g}) "
-                   f"x={r['x']} params={r['params']} got={r['got']} true={r['true']} "
-                   f"[points={r.get('points', 0)} violations={r.get('violations', 0)}]")
+        out.append(
+            f"{flag} {r['act']:12s} {r['dtype']} {r['kind']:10s} {r['err']:.4g} ulp (tol {tol:g}) "
+            f"x={r['x']} params={r['params']} got={r['got']} true={r['true']} "
+            f"[points={r.get('points', 0)} violations={r.get('violations', 0)}]"
+        )
     groups = collections.defaultdict(list)
     for r in (r for r in recs if r["type"] == "viol"):
         x = float(r["x"])
-        dec = ("x=0" if x == 0 else f"|x|~1e{10 * round(math.log10(abs(x)) / 10):d}"
-               if math.isfinite(x) else "x=" + r["x"])
+        dec = (
+            "x=0"
+            if x == 0
+            else f"|x|~1e{10 * round(math.log10(abs(x)) / 10):d}"
+            if math.isfinite(x)
+            else "x=" + r["x"]
+        )
         groups[(r["act"], r["dtype"], r["kind"], _category(r), dec)].append(r)
     out.append(f"\nviolations: {sum(map(len, groups.values()))} points in {len(groups)} groups")
     for k in sorted(groups):
         rs = sorted(groups[k], key=lambda r: -r["err"] if math.isfinite(r["err"]) else -1e308)
         out.append(f"{k} n={len(rs)} max={rs[0]['err']:.4g} recheck={rs[0].get('recheck_err')}")
-        out += [f"    x={r['x']} params={r['params']} got={r['got']} true={r['true']}" for r in rs[:3]]
-    exc = collections.Counter((r["act"], r["dtype"], r["kind"], r["err"][:80]) for r in recs if r["type"] == "exc")
+        out += [
+            f"    x={r['x']} params={r['params']} got={r['got']} true={r['true']}" for r in rs[:3]
+        ]
+    exc = collections.Counter(
+        (r["act"], r["dtype"], r["kind"], r["err"][:80]) for r in recs if r["type"] == "exc"
+    )
     out.append(f"\nexceptions: {sum(exc.values())}")
     out += [f"{v} {k}" for k, v in exc.most_common()]
     return "\n".join(out)
@@ -368,12 +452,24 @@ def fixed(names, seed: int, draws: int, kinds=None) -> list:
                 for kind in kinds or acc.kinds(spec):
                     got = evaluate(spec, dt, kind, x, ps)
                     err, true, b = score(spec, dt, kind, x, ps, got)
-                    errs[kind] += [e for e, t in zip(err, true) if t is not None and not math.isnan(e)]
+                    errs[kind] += [
+                        e for e, t in zip(err, true) if t is not None and not math.isnan(e)
+                    ]
                     bad[kind] += len(b)
             for kind, e in errs.items():
                 e = np.asarray(e)
-                rows.append((name, DTYPES[dt], kind, float(e.max()), float(e.mean()),
-                             float(np.quantile(e, 0.99)), bad[kind], e.size))
+                rows.append(
+                    (
+                        name,
+                        DTYPES[dt],
+                        kind,
+                        float(e.max()),
+                        float(e.mean()),
+                        float(np.quantile(e, 0.99)),
+                        bad[kind],
+                        e.size,
+                    )
+                )
     return rows
 
 
@@ -386,23 +482,41 @@ def _compare(rev: str, names, seed: int, draws: int, kinds) -> str:
     try:
         os.makedirs(os.path.join(wt, "tools"), exist_ok=True)
         shutil.copy(__file__, os.path.join(wt, "tools", "accuracy_search.py"))
-        args = ["--fixed-json", "--names", ",".join(names), "--seed", str(seed), "--draws", str(draws)]
+        args = [
+            "--fixed-json",
+            "--names",
+            ",".join(names),
+            "--seed",
+            str(seed),
+            "--draws",
+            str(draws),
+        ]
         if kinds:
             args += ["--kinds", ",".join(kinds)]
         env = dict(os.environ, IGLU_NP_CACHE_DIR=os.path.join(tmp, "cache"))
-        r = subprocess.run([sys.executable, os.path.join(wt, "tools", "accuracy_search.py"), *args],
-                           cwd=wt, env=env, capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            [sys.executable, os.path.join(wt, "tools", "accuracy_search.py"), *args],
+            cwd=wt,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         old = {tuple(row[:3]): row for row in json.loads(r.stdout.splitlines()[-1])}
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
         shutil.rmtree(tmp, ignore_errors=True)
-    out = [f"{rev} (old) against the working tree (new): {draws} draws per dtype, seed {seed}; "
-           "ulp: worst / mean / p99, violations"]
+    out = [
+        f"{rev} (old) against the working tree (new): {draws} draws per dtype, seed {seed}; "
+        "ulp: worst / mean / p99, violations"
+    ]
     for row in fixed(names, seed, draws, kinds):
         o = old.get(tuple(row[:3]))
         ostr = "-" if o is None else f"{o[3]:.3g} / {o[4]:.3g} / {o[5]:.3g}, {o[6]}"
-        out.append(f"{row[0]:12s} {row[1]} {row[2]:10s} old {ostr}  new {row[3]:.3g} / {row[4]:.3g} / "
-                   f"{row[5]:.3g}, {row[6]}  ({row[7]} points)")
+        out.append(
+            f"{row[0]:12s} {row[1]} {row[2]:10s} old {ostr}  new {row[3]:.3g} / {row[4]:.3g} / "
+            f"{row[5]:.3g}, {row[6]}  ({row[7]} points)"
+        )
     return "\n".join(out)
 
 

@@ -21,6 +21,7 @@ The result does not depend on ``--jobs`` (the rows come out in registry order). 
 status is 1 when any row's worst error exceeds its bound (the JSON is still written, so
 the offending rows can be read), 2 on bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -134,10 +135,20 @@ def machine() -> str:
 def git_revision() -> str:
     """The checkout's short commit, with ``-dirty`` when tracked files differ from it."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "?"
     return rev + ("-dirty" if dirty.strip() else "")
@@ -149,9 +160,14 @@ def versions() -> dict:
 
     import iglu_np
 
-    return {"iglu_np": iglu_np.__version__, "git": git_revision(),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "numba": numba.__version__, "mpmath": mpmath.__version__}
+    return {
+        "iglu_np": iglu_np.__version__,
+        "git": git_revision(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "mpmath": mpmath.__version__,
+    }
 
 
 def command(args) -> str:
@@ -200,13 +216,17 @@ def violations(rows) -> list:
 
 
 def table(rows) -> str:
-    lines = [f"{'activation':14s} {'kind':10s} {'dtype':8s} {'points':>7s} {'worst':>8s} "
-             f"{'rms':>7s} {'bound':>5s}  worst at"]
+    lines = [
+        f"{'activation':14s} {'kind':10s} {'dtype':8s} {'points':>7s} {'worst':>8s} "
+        f"{'rms':>7s} {'bound':>5s}  worst at"
+    ]
     for r in rows:
         flag = "  OVER" if not r["worst_ulp"] <= r["bound"] else ""
-        lines.append(f"{r['activation']:14s} {r['kind']:10s} {r['dtype']:8s} {r['points']:7d} "
-                     f"{r['worst_ulp']:8.3f} {r['rms_ulp']:7.3f} {r['bound']:5.1f}  "
-                     f"x={r['worst_at']['x']!r} {r['worst_at']['params']}{flag}")
+        lines.append(
+            f"{r['activation']:14s} {r['kind']:10s} {r['dtype']:8s} {r['points']:7d} "
+            f"{r['worst_ulp']:8.3f} {r['rms_ulp']:7.3f} {r['bound']:5.1f}  "
+            f"x={r['worst_at']['x']!r} {r['worst_at']['params']}{flag}"
+        )
     return "\n".join(lines)
 
 
@@ -216,8 +236,9 @@ def merged(old: dict, new: dict, names) -> dict:
     import iglu_np
 
     if old.get("schema") != new["schema"] or old.get("bounds") != new["bounds"]:
-        raise SystemExit("accuracy_sweep: the existing file's schema or bounds differ: "
-                         "rerun the full sweep")
+        raise SystemExit(
+            "accuracy_sweep: the existing file's schema or bounds differ: rerun the full sweep"
+        )
     rows = [r for r in old["rows"] if r["activation"] not in names] + new["rows"]
     order = {n: i for i, n in enumerate(iglu_np.ACTIVATIONS)}
     rows.sort(key=lambda r: order.get(r["activation"], len(order)))  # stable: kinds, dtypes
@@ -230,20 +251,48 @@ def main(argv=None) -> int:
     import iglu_np
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--names", type=lambda s: [v for v in s.split(",") if v], default=None,
-                   metavar="NAME,...", help="activations to sweep (default: all registered)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                   help="worker processes (default: one per core)")
-    p.add_argument("--n-log", type=int, default=N_LOG, metavar="N",
-                   help=f"logarithmically spaced |x| per sign (default: {N_LOG})")
-    p.add_argument("--n-lin", type=int, default=N_LIN, metavar="N",
-                   help=f"linearly spaced x on [-12, 12] (default: {N_LIN})")
-    p.add_argument("--out", default=None, metavar="PATH",
-                   help="write the JSON here (docs/data/accuracy.json for the docs); "
-                        "without it, only the table is printed")
-    p.add_argument("--only", type=lambda s: [v for v in s.split(",") if v], default=None,
-                   metavar="NAME,...",
-                   help="sweep these and merge their rows into the existing --out file")
+    p.add_argument(
+        "--names",
+        type=lambda s: [v for v in s.split(",") if v],
+        default=None,
+        metavar="NAME,...",
+        help="activations to sweep (default: all registered)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes (default: one per core)",
+    )
+    p.add_argument(
+        "--n-log",
+        type=int,
+        default=N_LOG,
+        metavar="N",
+        help=f"logarithmically spaced |x| per sign (default: {N_LOG})",
+    )
+    p.add_argument(
+        "--n-lin",
+        type=int,
+        default=N_LIN,
+        metavar="N",
+        help=f"linearly spaced x on [-12, 12] (default: {N_LIN})",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="write the JSON here (docs/data/accuracy.json for the docs); "
+        "without it, only the table is printed",
+    )
+    p.add_argument(
+        "--only",
+        type=lambda s: [v for v in s.split(",") if v],
+        default=None,
+        metavar="NAME,...",
+        help="sweep these and merge their rows into the existing --out file",
+    )
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
     raw = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
@@ -296,14 +345,19 @@ def main(argv=None) -> int:
     if not args.quiet:
         print(table(rows))
     bad = violations(rows)
-    print(f"{len(rows)} rows, {sum(r['points'] for r in rows):,} points; "
-          f"{wall:.1f} s wall, {cpu:.1f} s CPU in {args.jobs} process(es)"
-          + (f"; {len(bad)} over their bound" if bad else "; all within their bounds"),
-          file=sys.stderr)
+    print(
+        f"{len(rows)} rows, {sum(r['points'] for r in rows):,} points; "
+        f"{wall:.1f} s wall, {cpu:.1f} s CPU in {args.jobs} process(es)"
+        + (f"; {len(bad)} over their bound" if bad else "; all within their bounds"),
+        file=sys.stderr,
+    )
     for r in bad:
-        print(f"over the bound: {r['activation']} {r['kind']} {r['dtype']}: "
-              f"{r['worst_ulp']:.3g} ulp > {r['bound']} at x={r['worst_at']['x']!r} "
-              f"{r['worst_at']['params']}", file=sys.stderr)
+        print(
+            f"over the bound: {r['activation']} {r['kind']} {r['dtype']}: "
+            f"{r['worst_ulp']:.3g} ulp > {r['bound']} at x={r['worst_at']['x']!r} "
+            f"{r['worst_at']['params']}",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 

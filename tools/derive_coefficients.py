@@ -17,6 +17,7 @@ the polynomial's own max relative error over its interval, sampled at 2001 point
 (rounding in the kernel adds a few ulp; the accuracy tests bound the total) and a bound
 on the Horner sum's relative condition.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,7 +92,9 @@ def polyval_asc(cs, x):
 def fit(name, f, interval, degree, center=0, measure=True) -> Table:
     """f(v) ~ sum c_k (v - center)^k on ``interval``, c_k in ascending order."""
     a0, b0 = interval
-    poly, err = chebyfit_asc(lambda s: f(s + center), [a0 - center, b0 - center], degree + 1, error=True)
+    poly, err = chebyfit_asc(
+        lambda s: f(s + center), [a0 - center, b0 - center], degree + 1, error=True
+    )
     form = f"degree {degree} in {_var(center)} on [{_num(a0)}, {_num(b0)}]"
     texts = tuple(mp.nstr(c, 20, min_fixed=-1, max_fixed=1) for c in poly)
     if not measure:
@@ -104,8 +107,9 @@ def fit(name, f, interval, degree, center=0, measure=True) -> Table:
         fv = f(v)
         pv = polyval_asc(poly, v - center)
         worst = max(worst, abs(pv - fv) / abs(fv))
-    cond = sum(abs(c) * max(abs(a - center), abs(b - center)) ** k
-               for k, c in enumerate(poly)) / min(abs(f(a)), abs(f(b)))
+    cond = sum(
+        abs(c) * max(abs(a - center), abs(b - center)) ** k for k, c in enumerate(poly)
+    ) / min(abs(f(a)), abs(f(b)))
     error = f"max rel error {mp.nstr(worst, 3)}, Horner condition <= {mp.nstr(cond, 3)}"
     return Table(name, form, texts, error)
 
@@ -120,7 +124,9 @@ def fit_seq(name, f, interval, degree, npts=300, dtype="float32", measure=True) 
         return mp.mpf(float(np.dtype(dtype).type(v)))
 
     a, b = (mp.mpf(v) for v in interval)
-    nodes = [(a + b) / 2 + (b - a) / 2 * mp.cos(mp.pi * (i + mp.mpf(0.5)) / npts) for i in range(npts)]
+    nodes = [
+        (a + b) / 2 + (b - a) / 2 * mp.cos(mp.pi * (i + mp.mpf(0.5)) / npts) for i in range(npts)
+    ]
     fv = [f(q) for q in nodes]
     cs = [mp.mpf(c) for c in chebyfit_asc(f, [a, b], degree + 1)][:1]
     while len(cs) < degree + 1:
@@ -181,11 +187,13 @@ stays below 2.4. float64 has no R: R(v) = P(v) - 2/(1 + v) (iglu._iglu_dx_s64)."
 
 def iglu_fits(measure=True):
     c = mp.mpf("0.5")
-    return [fit("IGLU_A32", iglu_atan, [0, 1], 9, center=c, measure=measure),
-            fit("IGLU_A64", iglu_atan, [0, 1], 20, center=c, measure=measure),
-            fit("IGLU_R32", iglu_sum, [0, 1], 10, center=c, measure=measure),
-            fit("IGLU_D32", iglu_tail, [0, 1], 11, center=c, measure=measure),
-            fit("IGLU_D64", iglu_tail, [0, 1], 22, center=c, measure=measure)]
+    return [
+        fit("IGLU_A32", iglu_atan, [0, 1], 9, center=c, measure=measure),
+        fit("IGLU_A64", iglu_atan, [0, 1], 20, center=c, measure=measure),
+        fit("IGLU_R32", iglu_sum, [0, 1], 10, center=c, measure=measure),
+        fit("IGLU_D32", iglu_tail, [0, 1], 11, center=c, measure=measure),
+        fit("IGLU_D64", iglu_tail, [0, 1], 22, center=c, measure=measure),
+    ]
 
 
 # --------------------------------------------------------------------------- GELU
@@ -215,10 +223,26 @@ def gelu_fits(measure=True):
     out = []
     for suffix, degs in (("64", (16, 15, 14, 13, 20)), ("32", (8, 7, 7, 6, 9))):
         for k, (a, b) in enumerate(((0, 1), (1, 2), (2, 3), (3, 4))):
-            out.append(fit(f"GELU_M{k}_{suffix}", gelu_mills, [a, b], degs[k], center=mp.mpf(a + b) / 2,
-                           measure=measure))
-        out.append(fit(f"GELU_S_{suffix}", gelu_mills_s, [0, mp.mpf(1) / 16], degs[4], center=mp.mpf(1) / 32,
-                       measure=measure))
+            out.append(
+                fit(
+                    f"GELU_M{k}_{suffix}",
+                    gelu_mills,
+                    [a, b],
+                    degs[k],
+                    center=mp.mpf(a + b) / 2,
+                    measure=measure,
+                )
+            )
+        out.append(
+            fit(
+                f"GELU_S_{suffix}",
+                gelu_mills_s,
+                [0, mp.mpf(1) / 16],
+                degs[4],
+                center=mp.mpf(1) / 32,
+                measure=measure,
+            )
+        )
     return out
 
 
@@ -272,6 +296,7 @@ def _gelu_n_h(K):
     def h(q):
         u = K * (1 + q) / (1 - q)
         return (u + K) * gelu_mills(u) / mp.sqrt(2 * mp.pi)
+
     return h
 
 
@@ -282,8 +307,17 @@ def gelu32n_fits(measure=True, dtypes=("float32", "float64")):
         out.append(fit_seq("GELU_H32", _gelu_n_h(K), [-1, (U - K) / (U + K)], 11, measure=measure))
     if "float64" in dtypes:
         K, U = GELU64N_K, mp.mpf(GELU64N_UMAX)
-        out.append(fit_seq("GELU_H64", _gelu_n_h(K), [-1, (U - K) / (U + K)], 26, npts=400, dtype="float64",
-                           measure=measure))
+        out.append(
+            fit_seq(
+                "GELU_H64",
+                _gelu_n_h(K),
+                [-1, (U - K) / (U + K)],
+                26,
+                npts=400,
+                dtype="float64",
+                measure=measure,
+            )
+        )
     return out
 
 
@@ -318,14 +352,18 @@ CELU's alpha-derivative (expm1(q) - q e^q) = q^2 P(q + 1) for -2 <= q <= 0, q = 
 
 def tanhshrink_fits(measure=True):
     a, b, c = mp.mpf("0"), mp.mpf("2.25"), mp.mpf("1.125")
-    return [fit("TANHSHRINK_64", tanhshrink_ratio, [a, b], 20, center=c, measure=measure),
-            fit("TANHSHRINK_32", tanhshrink_ratio, [a, b], 10, center=c, measure=measure)]
+    return [
+        fit("TANHSHRINK_64", tanhshrink_ratio, [a, b], 20, center=c, measure=measure),
+        fit("TANHSHRINK_32", tanhshrink_ratio, [a, b], 10, center=c, measure=measure),
+    ]
 
 
 def celu_fits(measure=True):
     a, b, c = mp.mpf("-2"), mp.mpf("0"), mp.mpf("-1")
-    return [fit("CELU_DALPHA_64", celu_dalpha_ratio, [a, b], 14, center=c, measure=measure),
-            fit("CELU_DALPHA_32", celu_dalpha_ratio, [a, b], 8, center=c, measure=measure)]
+    return [
+        fit("CELU_DALPHA_64", celu_dalpha_ratio, [a, b], 14, center=c, measure=measure),
+        fit("CELU_DALPHA_32", celu_dalpha_ratio, [a, b], 8, center=c, measure=measure),
+    ]
 
 
 # --------------------------------------------------------------------------- vmath
@@ -368,6 +406,7 @@ def _vm_erfcx(K):  # a exp(a^2) erfc(a) in t = (a - K)/(a + K)
             return 1 / mp.sqrt(mp.pi)
         a = K * (1 + t) / (1 - t)
         return a * mp.exp(a * a) * mp.erfc(a)
+
     return y
 
 
@@ -376,29 +415,33 @@ def vmath_fits(measure=True):
     wlog = ((mp.sqrt(2) - 1) / (mp.sqrt(2) + 1)) ** 2
     a0 = mp.mpf("0.46875")
     m = measure
-    return [fit("ATAN32", _vm_atan, [0, zmax], 4, measure=m),
-            fit("ATAN64", _vm_atan, [0, zmax], 10, measure=m),
-            fit("EXP32", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 4, measure=m),
-            fit("EXP64", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 10, measure=m),
-            fit("LOG32", _vm_log, [0, wlog], 2, measure=m),
-            fit("LOG64", _vm_log, [0, wlog], 6, measure=m),
-            fit("TANH32", _vm_tanh, [0, mp.mpf("0.625") ** 2], 5, measure=m),
-            fit("TANH64", _vm_tanh, [0, mp.mpf("0.625") ** 2], 11, measure=m),
-            fit("ERF32", _vm_erf, [0, a0**2], 4, measure=m),
-            fit("ERF64", _vm_erf, [0, a0**2], 8, measure=m),
-            fit("ERFCM32", mp.erfc, [a0, 1], 8, center=mp.mpf("0.734375"), measure=m),
-            fit("ERFCM64", mp.erfc, [a0, 1], 16, center=mp.mpf("0.734375"), measure=m),
-            fit("ERFCX32", _vm_erfcx(2), [(a0 - 2) / (a0 + 2), 1], 11, measure=m),
-            fit("ERFCX64", _vm_erfcx(4), [(a0 - 4) / (a0 + 4), 1], 23, measure=m)]
+    return [
+        fit("ATAN32", _vm_atan, [0, zmax], 4, measure=m),
+        fit("ATAN64", _vm_atan, [0, zmax], 10, measure=m),
+        fit("EXP32", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 4, measure=m),
+        fit("EXP64", _vm_exp, [-mp.log(2) / 2, mp.log(2) / 2], 10, measure=m),
+        fit("LOG32", _vm_log, [0, wlog], 2, measure=m),
+        fit("LOG64", _vm_log, [0, wlog], 6, measure=m),
+        fit("TANH32", _vm_tanh, [0, mp.mpf("0.625") ** 2], 5, measure=m),
+        fit("TANH64", _vm_tanh, [0, mp.mpf("0.625") ** 2], 11, measure=m),
+        fit("ERF32", _vm_erf, [0, a0**2], 4, measure=m),
+        fit("ERF64", _vm_erf, [0, a0**2], 8, measure=m),
+        fit("ERFCM32", mp.erfc, [a0, 1], 8, center=mp.mpf("0.734375"), measure=m),
+        fit("ERFCM64", mp.erfc, [a0, 1], 16, center=mp.mpf("0.734375"), measure=m),
+        fit("ERFCX32", _vm_erfcx(2), [(a0 - 2) / (a0 + 2), 1], 11, measure=m),
+        fit("ERFCX64", _vm_erfcx(4), [(a0 - 4) / (a0 + 4), 1], 23, measure=m),
+    ]
 
 
 # --------------------------------------------------------------------------- log1p_unit
 # iglu_np._math.log1p_unit: log1p(x) = 2s + s w L(w), s = x/(2 + x), w = s^2 <= 1/9 for x in
 # [0, 1]; 1/(2 + x) to 2e-3 scales s's correction term.
 def log1p_unit_fits(measure=True):
-    return [fit("LOG1PU_L32", _vm_log, [0, mp.mpf(1) / 9], 4, measure=measure),
-            fit("LOG1PU_L64", _vm_log, [0, mp.mpf(1) / 9], 9, measure=measure),
-            fit("LOG1PU_INV", lambda x: 1 / (2 + x), [0, 1], 2, measure=measure)]
+    return [
+        fit("LOG1PU_L32", _vm_log, [0, mp.mpf(1) / 9], 4, measure=measure),
+        fit("LOG1PU_L64", _vm_log, [0, mp.mpf(1) / 9], 9, measure=measure),
+        fit("LOG1PU_INV", lambda x: 1 / (2 + x), [0, 1], 2, measure=measure),
+    ]
 
 
 # --------------------------------------------------------------------------- the module
@@ -406,10 +449,18 @@ def log1p_unit_fits(measure=True):
 GENERATED = (
     ("iglu", IGLU_NOTE, iglu_fits, ()),
     ("gelu", GELU_NOTE, gelu_fits, ()),
-    ("gelu32", GELU32_NOTE, gelu32_fits,
-     (("GELU32_K", float(GELU32_K)), ("GELU32_UMAX", float(GELU32_UMAX)))),
-    ("gelu_native", GELU_NATIVE_NOTE, gelu32n_fits,
-     (("GELU32N_UMAX", float(GELU32N_UMAX)), ("GELU64N_UMAX", float(GELU64N_UMAX)))),
+    (
+        "gelu32",
+        GELU32_NOTE,
+        gelu32_fits,
+        (("GELU32_K", float(GELU32_K)), ("GELU32_UMAX", float(GELU32_UMAX))),
+    ),
+    (
+        "gelu_native",
+        GELU_NATIVE_NOTE,
+        gelu32n_fits,
+        (("GELU32N_UMAX", float(GELU32N_UMAX)), ("GELU64N_UMAX", float(GELU64N_UMAX))),
+    ),
     ("tanhshrink", TANHSHRINK_NOTE, tanhshrink_fits, ()),
     ("celu", CELU_NOTE, celu_fits, ()),
 )
@@ -490,11 +541,18 @@ def differences(text: str, sections) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help=f"exit 1 (naming the tables) when {MODULE.relative_to(ROOT)} differs "
-                    "from the derivation")
-    ap.add_argument("--print", dest="group", choices=["all", *GROUPS],
-                    help="print one group's fits instead of writing the module")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 (naming the tables) when {MODULE.relative_to(ROOT)} differs "
+        "from the derivation",
+    )
+    ap.add_argument(
+        "--print",
+        dest="group",
+        choices=["all", *GROUPS],
+        help="print one group's fits instead of writing the module",
+    )
     args = ap.parse_args(argv)
     if args.group:
         for g in GROUPS if args.group == "all" else [args.group]:

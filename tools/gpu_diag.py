@@ -13,6 +13,7 @@
 
 Prints plain text; needs cupy and a GPU.
 """
+
 from __future__ import annotations
 
 import cProfile
@@ -33,14 +34,22 @@ def layouts():
     x3 = np.random.default_rng(0).standard_normal((4, 6, 10)).astype(np.float32) * 3
     s3 = np.linspace(0.5, 3.0, 6).astype(np.float32).reshape(1, 6, 1)
     xd3 = cupy.asarray(x3)
-    views = {"1-d contiguous": lambda a: a.ravel(), "3-d contiguous": lambda a: a,
-             "2-d strided": lambda a: a[0][:, ::2], "3-d strided": lambda a: a[:, :, ::2],
-             "3-d transposed": lambda a: a.transpose(2, 1, 0)}
+    views = {
+        "1-d contiguous": lambda a: a.ravel(),
+        "3-d contiguous": lambda a: a,
+        "2-d strided": lambda a: a[0][:, ::2],
+        "3-d strided": lambda a: a[:, :, ::2],
+        "3-d transposed": lambda a: a.transpose(2, 1, 0),
+    }
     for label, view in views.items():
         for sigma in (None, "per-channel"):
             if sigma and label.startswith(("1-d", "2-d")):
                 continue
-            kw_cpu = {} if sigma is None else {"sigma": s3 if "transposed" not in label else s3.transpose(2, 1, 0)}
+            kw_cpu = (
+                {}
+                if sigma is None
+                else {"sigma": s3 if "transposed" not in label else s3.transpose(2, 1, 0)}
+            )
             kw_gpu = {k: cupy.asarray(v) for k, v in kw_cpu.items()}
             name = label + (", per-channel sigma" if sigma else "")
             want = iglu_np.iglu(view(x3), **kw_cpu)
@@ -49,7 +58,9 @@ def layouts():
                 err = float(np.max(np.abs(got - want)))
                 print(f"  {name:40s} max abs diff {err:.3g}  {'ok' if err < 1e-5 else 'WRONG'}")
             except Exception as e:
-                print(f"  {name:40s} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                print(
+                    f"  {name:40s} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                )
 
 
 def overhead():
@@ -74,9 +85,13 @@ def overhead():
     blocks = nc._arrays._launch_dims(cuda, x.size)[0]
     rows = {
         "plain numba kernel[...](x, y)": lambda: plain_k[blocks, nc.THREADS](x, y),
-        "iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(x, out=y, backend="numba_cuda"),
+        "iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(
+            x, out=y, backend="numba_cuda"
+        ),
         "iglu(x, backend='numba_cuda')": lambda: iglu_np.iglu(x, backend="numba_cuda"),
-        "iglu(x[1:], backend='numba_cuda') (general)": lambda: iglu_np.iglu(x[1:], backend="numba_cuda"),
+        "iglu(x[1:], backend='numba_cuda') (general)": lambda: iglu_np.iglu(
+            x[1:], backend="numba_cuda"
+        ),
     }
     for label, fn in rows.items():
         print(f"  {label:44s} {_wall_us(cupy, fn, calls=500):8.2f} us per call")
@@ -146,8 +161,10 @@ def cupy_overhead():
     entry = backends._FAST.get(cupy.ndarray)
     backends._FAST[cupy.ndarray] = ("cupy", None, None)
     try:
-        print(f"  {'general: iglu_np.iglu(x, out=y)':40s} "
-              f"{_wall_us(cupy, lambda: iglu_np.iglu(x, out=y)):8.2f} us per call")
+        print(
+            f"  {'general: iglu_np.iglu(x, out=y)':40s} "
+            f"{_wall_us(cupy, lambda: iglu_np.iglu(x, out=y)):8.2f} us per call"
+        )
     finally:
         backends._FAST[cupy.ndarray] = entry
     pr = cProfile.Profile()
@@ -162,9 +179,14 @@ def cupy_overhead():
 
 
 def main():
-    for title, fn in (("numba-cuda-mlir layouts (direct, no CuPy hand-off):", layouts),
-                      ("a small CuPy-backend call (1,024 float32), wall time, best of 3:", cupy_overhead),
-                      ("a small Numba CUDA call (1,024 float32): wall time, then 200 calls by own time:", overhead)):
+    for title, fn in (
+        ("numba-cuda-mlir layouts (direct, no CuPy hand-off):", layouts),
+        ("a small CuPy-backend call (1,024 float32), wall time, best of 3:", cupy_overhead),
+        (
+            "a small Numba CUDA call (1,024 float32): wall time, then 200 calls by own time:",
+            overhead,
+        ),
+    ):
         print(title)
         try:
             fn()

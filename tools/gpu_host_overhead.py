@@ -17,6 +17,7 @@ itself) or anything on the device: ``tools/gpu_diag.py`` and ``iglu-np bench --d
 gpu`` measure the real per-call time on a GPU. Run from the checkout:
 ``python tools/gpu_host_overhead.py [--calls N]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,9 @@ def fake_rows(calls):
     cases = {
         "iglu(x, out=y)": lambda: iglu_np.iglu(x, out=y),
         "iglu(x, sigma=2.0, out=y)": lambda: iglu_np.iglu(x, sigma=2.0, out=y),
-        "iglu(x, sigma=np.float32(2), out=y)": lambda: iglu_np.iglu(x, sigma=np.float32(2.0), out=y),
+        "iglu(x, sigma=np.float32(2), out=y)": lambda: iglu_np.iglu(
+            x, sigma=np.float32(2.0), out=y
+        ),
         "gelu(x, out=y)": lambda: iglu_np.gelu(x, out=y),
         "iglu.backward(x, g, out=y)": lambda: iglu_np.iglu.backward(x, g, out=y),
         "iglu(x) (fake allocation)": lambda: iglu_np.iglu(x),
@@ -107,7 +110,8 @@ def real_rows(calls):
     for name, kind in (("iglu", "fwd"), ("iglu", "bwd"), ("gelu", "fwd")):
         act = _params.of(name)
         cb._plans[(act, kind, f32, 0)] = cb._ThinPlan(
-            stub, 4, 132 * cb.BLOCKS_PER_SM, f32, [np.float32(v) for v in act.defaults])
+            stub, 4, 132 * cb.BLOCKS_PER_SM, f32, [np.float32(v) for v in act.defaults]
+        )
     backends._FAST[cupy.ndarray] = ("cupy", *cb.fast_path(x))
     cases = {
         "iglu(x, out=y)": lambda: iglu_np.iglu(x, out=y),
@@ -120,10 +124,14 @@ def real_rows(calls):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=20000, help="calls per timing round (default 20000)")
+    ap.add_argument(
+        "--calls", type=int, default=20000, help="calls per timing round (default 20000)"
+    )
     args = ap.parse_args(argv)
-    print(f"Host-side Python per call, {N} float32 elements, kernel launch stubbed "
-          "(best of 5 rounds; no device time):")
+    print(
+        f"Host-side Python per call, {N} float32 elements, kernel launch stubbed "
+        "(best of 5 rounds; no device time):"
+    )
     print(f"  {'call (fake cupy)':40s} {'thin us':>9s} {'general us':>11s}")
     for label, t, gen in fake_rows(args.calls):
         print(f"  {label:40s} {t:9.2f} {gen:11.2f}")

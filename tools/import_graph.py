@@ -12,6 +12,7 @@ every submodule would otherwise be in a cycle with its package. Dynamic imports
     python tools/import_graph.py            # the cycles; exit status 1 if there is one
     python tools/import_graph.py --edges    # also every edge
 """
+
 from __future__ import annotations
 
 import argparse

@@ -19,6 +19,7 @@ With ``vector``: the vector form as the thin per-call path launches it (raw poin
 float32, float64 and float16 data), one ``VEC`` line per kernel with its counts of vector
 and scalar global loads and stores.
 """
+
 from __future__ import annotations
 
 import collections
@@ -54,7 +55,9 @@ def main(argv=None) -> int:
             kd = Kind.parse(kind)
             for dt, ty in (("float32", cu.float32), ("float64", cu.float64)):
                 arr = cu.types.Array(ty, 1, "C")
-                args = [cu.types.int64, arr] + [arr] * kd.times_grad + [ty] * len(spec.params) + [arr]
+                args = (
+                    [cu.types.int64, arr] + [arr] * kd.times_grad + [ty] * len(spec.params) + [arr]
+                )
                 t = time.perf_counter()
                 try:
                     k = nc._compile._kernel(name, kind, dt, (False,) * len(spec.params), 1)
@@ -64,14 +67,18 @@ def main(argv=None) -> int:
                     print(f"FAIL {name} {kind} {dt}: {type(e).__name__}: {str(e)[:300]}")
                     continue
                 ops = collections.Counter(
-                    ln.split()[0] for ln in (s.strip() for s in ptx.splitlines())
-                    if ln and not ln.startswith(("//", ".", "{", "}", "$")) and not ln.endswith(":"))
+                    ln.split()[0]
+                    for ln in (s.strip() for s in ptx.splitlines())
+                    if ln and not ln.startswith(("//", ".", "{", "}", "$")) and not ln.endswith(":")
+                )
                 fma = sum(v for op, v in ops.items() if op.startswith("fma"))
                 f64 = sum(v for op, v in ops.items() if ".f64" in op)
                 div = sum(v for op, v in ops.items() if op.startswith("div"))
-                print(f"{name:12s} {kind:6s} {dt}: {time.perf_counter() - t:5.1f} s  "
-                      f"local={'.local' in ptx} ftz={'.ftz' in ptx} approx={'approx' in ptx} "
-                      f"fma={fma} f64={f64} div={div}")
+                print(
+                    f"{name:12s} {kind:6s} {dt}: {time.perf_counter() - t:5.1f} s  "
+                    f"local={'.local' in ptx} ftz={'.ftz' in ptx} approx={'approx' in ptx} "
+                    f"fma={fma} f64={f64} div={div}"
+                )
     print(f"{failed} failed")
     return 1 if failed else 0
 
@@ -82,7 +89,11 @@ def _vector(nc, names, kinds) -> int:
     failed = 0
     for name in names:
         for kind in kinds:
-            for cdt, ddt in (("float32", "float32"), ("float64", "float64"), ("float32", "float16")):
+            for cdt, ddt in (
+                ("float32", "float32"),
+                ("float64", "float64"),
+                ("float32", "float16"),
+            ):
                 try:
                     k = nc._compile._pointer_kernel(name, kind, cdt, ddt)
                     ptx = k.inspect_asm(nc.pointer_signature(name, kind, cdt, ddt))
@@ -91,13 +102,17 @@ def _vector(nc, names, kinds) -> int:
                     print(f"FAIL {name} {kind} {ddt}: {type(e).__name__}: {str(e)[:300]}")
                     continue
                 ops = collections.Counter(
-                    ln.split()[0] for ln in (s.strip() for s in ptx.splitlines())
-                    if ln.startswith(("ld.global", "st.global")))
+                    ln.split()[0]
+                    for ln in (s.strip() for s in ptx.splitlines())
+                    if ln.startswith(("ld.global", "st.global"))
+                )
                 vld = sum(v for op, v in ops.items() if op.startswith("ld.global.v"))
                 vst = sum(v for op, v in ops.items() if op.startswith("st.global.v"))
-                print(f"VEC {name} {kind} {ddt}: vld={vld} vst={vst} "
-                      f"ld={sum(ops.values()) - vld - vst - sum(v for op, v in ops.items() if op.startswith('st.global') and not op.startswith('st.global.v'))} "
-                      f"local={'.local' in ptx} ops={dict(ops)}")
+                print(
+                    f"VEC {name} {kind} {ddt}: vld={vld} vst={vst} "
+                    f"ld={sum(ops.values()) - vld - vst - sum(v for op, v in ops.items() if op.startswith('st.global') and not op.startswith('st.global.v'))} "
+                    f"local={'.local' in ptx} ops={dict(ops)}"
+                )
     print(f"{failed} failed")
     return 1 if failed else 0
 

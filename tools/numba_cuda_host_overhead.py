@@ -13,6 +13,7 @@ without ``out=``, the allocation from the input library's pool -- is not measure
 
 Prints one line per case: microseconds per call (best of 5 repeats).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,14 @@ class FakeDeviceArray:
     """Just enough of a CUDA array interface for the thin path (never dereferenced)."""
 
     def __init__(self, n, dtype=np.float32, address=1 << 20):
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": np.dtype(dtype).str, "strides": None,
-                                         "data": (address, False), "version": 3, "stream": None}
+        self.__cuda_array_interface__ = {
+            "shape": (n,),
+            "typestr": np.dtype(dtype).str,
+            "strides": None,
+            "data": (address, False),
+            "version": 3,
+            "stream": None,
+        }
 
 
 class _NoLaunch:
@@ -57,7 +64,7 @@ def stub(nc, n, dtype):
     nc._thin_path._launch_stream = lambda cuda, s: None
     nc._discovery._state["sms"] = 132
     out = FakeDeviceArray(n, dtype, address=1 << 24)
-    nc._thin_path._allocator = lambda cuda, template, odt: (lambda shape, x, stream: (out, 1 << 24))
+    nc._thin_path._allocator = lambda cuda, template, odt: lambda shape, x, stream: (out, 1 << 24)
 
 
 def best_us(fn, calls, repeats=5):
@@ -88,10 +95,14 @@ def main(argv=None) -> int:
     act = _params.of("iglu")
     rows = {
         "numba_cuda.run(fwd, out=y)": lambda: nc.run(act, "fwd", (x,), {}, y),
-        "numba_cuda.run(fwd, sigma=1.5, out=y)": lambda: nc.run(act, "fwd", (x,), {"sigma": 1.5}, y),
+        "numba_cuda.run(fwd, sigma=1.5, out=y)": lambda: nc.run(
+            act, "fwd", (x,), {"sigma": 1.5}, y
+        ),
         "numba_cuda.run(fwd), new output": lambda: nc.run(act, "fwd", (x,), {}, None),
         "numba_cuda.run(bwd, out=y)": lambda: nc.run(act, "bwd", (x, g), {}, y),
-        "iglu_np.iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(x, out=y, backend="numba_cuda"),
+        "iglu_np.iglu(x, out=y, backend='numba_cuda')": lambda: iglu_np.iglu(
+            x, out=y, backend="numba_cuda"
+        ),
         "iglu_np.iglu(x, backend='numba_cuda')": lambda: iglu_np.iglu(x, backend="numba_cuda"),
     }
     before = _NoLaunch.calls

@@ -6,6 +6,7 @@ Prints a Markdown table from the compiled assembly of each element loop
 (:func:`x86_asm.simd_report`, tools/x86_asm.py). Compiles every loop it reports on
 (about a second each on an idle core).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,11 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
+import x86_asm  # tools/x86_asm.py (this script's folder is on sys.path)
 
 import iglu_np
 from iglu_np.backends.cpu import ufuncs as cpu
-
-import x86_asm  # tools/x86_asm.py (this script's folder is on sys.path)
 
 
 def main(argv=None) -> int:
@@ -31,7 +31,11 @@ def main(argv=None) -> int:
     names = a.names or list(iglu_np.ACTIVATIONS)
     want = a.kinds.split(",")
     dts = [np.dtype(d) for d in a.dtypes.split(",")]
-    print("| activation | kind | " + " | ".join(f"{d.name} SIMD (packed ops, width) | libm" for d in dts) + " |")
+    print(
+        "| activation | kind | "
+        + " | ".join(f"{d.name} SIMD (packed ops, width) | libm" for d in dts)
+        + " |"
+    )
     print("|---|---|" + "---|---|" * len(dts))
     bad = 0
     for name in names:
@@ -43,8 +47,10 @@ def main(argv=None) -> int:
             for d in dts:
                 r = x86_asm.simd_report(name, kind, d)
                 bad += not r["simd"] or bool(r["libm"])
-                cells.append(f"{'yes' if r['simd'] else 'NO'} ({r['packed']}, {r['bits']}-bit) | "
-                             f"{', '.join(r['libm']) or '-'}")
+                cells.append(
+                    f"{'yes' if r['simd'] else 'NO'} ({r['packed']}, {r['bits']}-bit) | "
+                    f"{', '.join(r['libm']) or '-'}"
+                )
             print(f"| {name} | {kind} | " + " | ".join(cells) + " |", flush=True)
     return 1 if bad else 0
 

@@ -31,6 +31,7 @@ a plot ``images/performance-<machine>.png``.
 
 Only the current data appear on the pages; earlier results are in the data files' git history.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -91,31 +92,45 @@ def accuracy_table(rows, title="") -> str:
     sentence with the x domain, parameter sets and points (in the table instead where they
     differ between rows), then a list-table of kind, dtype, worst and rms ulp, bound and
     where the worst is."""
+
     def dom(r):
         return f"[{r['domain'][0]:.6g}, {r['domain'][1]:.6g}]"
 
     same = len({(dom(r), r["points"], r["param_sets"]) for r in rows}) == 1
-    head = ["kind", "dtype"] + ([] if same else ["domain (x)", "points"]) + [
-        "worst ulp", "rms ulp", "bound", "worst at"]
+    head = (
+        ["kind", "dtype"]
+        + ([] if same else ["domain (x)", "points"])
+        + ["worst ulp", "rms ulp", "bound", "worst at"]
+    )
     body = []
     for r in rows:
-        body.append([f"``{r['kind']}``", r["dtype"]]
-                    + ([] if same else [dom(r), f"{r['points']:,}"])
-                    + [f"{r['worst_ulp']:.2f}", f"{r['rms_ulp']:.2f}", f"{r['bound']:g}",
-                       _worst_at(r)])
+        body.append(
+            [f"``{r['kind']}``", r["dtype"]]
+            + ([] if same else [dom(r), f"{r['points']:,}"])
+            + [f"{r['worst_ulp']:.2f}", f"{r['rms_ulp']:.2f}", f"{r['bound']:g}", _worst_at(r)]
+        )
     out = []
     if same:
         r = rows[0]
         ps = r["param_sets"]
-        out += [f"x in {dom(r)} with ±0 and ±inf, {ps} parameter set{'s' if ps != 1 else ''}: "
-                f"{r['points']:,} points per row.", ""]
+        out += [
+            f"x in {dom(r)} with ±0 and ±inf, {ps} parameter set{'s' if ps != 1 else ''}: "
+            f"{r['points']:,} points per row.",
+            "",
+        ]
     widths = [10, 8] + ([] if same else [14, 8]) + [7, 7, 6, 30]
     return "\n".join(out + _list_table(head, body, widths, title))
 
 
 def _versions(v: dict) -> str:
-    order = [("iglu_np", "iglu_np"), ("python", "Python"), ("numpy", "numpy"),
-             ("numba", "Numba"), ("mpmath", "mpmath"), ("torch", "torch")]
+    order = [
+        ("iglu_np", "iglu_np"),
+        ("python", "Python"),
+        ("numpy", "numpy"),
+        ("numba", "Numba"),
+        ("mpmath", "mpmath"),
+        ("torch", "torch"),
+    ]
     parts = [f"{label} {v[k]}" for k, label in order if v.get(k)]
     if v.get("git"):
         parts[0] += f" (git {v['git']})"
@@ -128,52 +143,71 @@ def render_accuracy(data: dict) -> str:
     for r in rows:
         by.setdefault(r["activation"], []).append(r)
     b = data["bounds"]
-    out = [GENERATED.format(src="accuracy.json"), ".. _accuracy:", "", "Accuracy", "=" * 8, "",
-           "Every kernel, the forward value (``fwd``), the derivative in x (``dx``) and each "
-           "parameter derivative (``d_<param>``), compared in float32 and float64 with an mpmath "
-           "reference at 60 digits, at the same inputs (x and parameters as the dtype represents "
-           "them). The error is in units in the last place of the output dtype::",
-           "",
-           "    err = |got - true| / max(ulp(true), ulp(scale), smallest subnormal)",
-           "",
-           "where *scale* is the largest term of the formula for the kinds whose true value "
-           "cancels to (near) zero. NaN must give NaN and infinite true values must be hit "
-           "exactly (any other result counts as an infinite error).",
-           "",
-           f"The x points per parameter set: ± a logarithmic grid from 1e-30 to the end of the "
-           f"domain, a linear grid on [-12, 12], ±0, ±inf, and the activation's special points "
-           f"(kinks, thresholds) with their neighbours. The parameter sets: the defaults, each "
-           f"parameter's test values and its domain's edges, one parameter varied at a time. "
-           f"*points* counts x points × parameter sets. The bounds are {b['fwd']:g} ulp for the "
-           f"forward values and {b['derivative']:g} ulp for the derivatives, unless an "
-           f"activation's spec sets its own (the *bound* column).",
-           "",
-           f":Date: {data['date']}",
-           f":Machine: {data['machine']}",
-           f":Versions: {_versions(data['versions'])}",
-           f":Command: ``{data['command']}``",
-           f":Rows: {len(rows)} ({len(by)} activations), "
-           f"{sum(r['points'] for r in rows):,} points in all",
-           "",
-           "Summary",
-           "-------",
-           "",
-           "The worst error in ulp per activation (over all parameter sets and, for the "
-           "derivatives, all kinds), and the largest fraction of its bound that any of the "
-           "activation's rows reaches.",
-           ""]
+    out = [
+        GENERATED.format(src="accuracy.json"),
+        ".. _accuracy:",
+        "",
+        "Accuracy",
+        "=" * 8,
+        "",
+        "Every kernel, the forward value (``fwd``), the derivative in x (``dx``) and each "
+        "parameter derivative (``d_<param>``), compared in float32 and float64 with an mpmath "
+        "reference at 60 digits, at the same inputs (x and parameters as the dtype represents "
+        "them). The error is in units in the last place of the output dtype::",
+        "",
+        "    err = |got - true| / max(ulp(true), ulp(scale), smallest subnormal)",
+        "",
+        "where *scale* is the largest term of the formula for the kinds whose true value "
+        "cancels to (near) zero. NaN must give NaN and infinite true values must be hit "
+        "exactly (any other result counts as an infinite error).",
+        "",
+        f"The x points per parameter set: ± a logarithmic grid from 1e-30 to the end of the "
+        f"domain, a linear grid on [-12, 12], ±0, ±inf, and the activation's special points "
+        f"(kinks, thresholds) with their neighbours. The parameter sets: the defaults, each "
+        f"parameter's test values and its domain's edges, one parameter varied at a time. "
+        f"*points* counts x points × parameter sets. The bounds are {b['fwd']:g} ulp for the "
+        f"forward values and {b['derivative']:g} ulp for the derivatives, unless an "
+        f"activation's spec sets its own (the *bound* column).",
+        "",
+        f":Date: {data['date']}",
+        f":Machine: {data['machine']}",
+        f":Versions: {_versions(data['versions'])}",
+        f":Command: ``{data['command']}``",
+        f":Rows: {len(rows)} ({len(by)} activations), "
+        f"{sum(r['points'] for r in rows):,} points in all",
+        "",
+        "Summary",
+        "-------",
+        "",
+        "The worst error in ulp per activation (over all parameter sets and, for the "
+        "derivatives, all kinds), and the largest fraction of its bound that any of the "
+        "activation's rows reaches.",
+        "",
+    ]
     body = []
     for name, rs in by.items():
         cells = [f":ref:`{name} <accuracy-{name}>`"]
         for group in ("fwd", "der"):
             for dt in DTYPES:
-                sel = [r for r in rs if r["dtype"] == dt and (r["kind"] == "fwd") == (group == "fwd")]
+                sel = [
+                    r for r in rs if r["dtype"] == dt and (r["kind"] == "fwd") == (group == "fwd")
+                ]
                 cells.append(f"{max(r['worst_ulp'] for r in sel):.2f}" if sel else "—")
         frac = max(r["worst_ulp"] / r["bound"] for r in rs)
         cells.append(f"{100 * frac:.0f} %")
         body.append(cells)
-    out += _list_table(["activation", "fwd float32", "fwd float64", "derivatives float32",
-                        "derivatives float64", "worst / bound"], body, [20, 12, 12, 14, 14, 10])
+    out += _list_table(
+        [
+            "activation",
+            "fwd float32",
+            "fwd float64",
+            "derivatives float32",
+            "derivatives float64",
+            "worst / bound",
+        ],
+        body,
+        [20, 12, 12, 14, 14, 10],
+    )
     out += ["Per activation", "--------------", ""]
     for name, rs in by.items():
         title = f"``{name}``"
@@ -189,8 +223,10 @@ def check_accuracy(data: dict) -> list:
             if not math.isfinite(r[k]):
                 bad.append(f"{r['activation']} {r['kind']} {r['dtype']}: {k} = {r[k]}")
         if not r["worst_ulp"] <= r["bound"]:
-            bad.append(f"{r['activation']} {r['kind']} {r['dtype']}: worst {r['worst_ulp']:.3g} "
-                       f"ulp over its bound {r['bound']:g}")
+            bad.append(
+                f"{r['activation']} {r['kind']} {r['dtype']}: worst {r['worst_ulp']:.3g} "
+                f"ulp over its bound {r['bound']:g}"
+            )
     return bad
 
 
@@ -200,8 +236,10 @@ def check_accuracy(data: dict) -> list:
 
 def machines(data_dir: Path) -> list:
     """``[(machine, path)]`` for the bench-<machine>.json files, CPU first."""
-    files = sorted(Path(data_dir).glob("bench-*.json"), key=lambda p: (p.stem != "bench-cpu", p.stem))
-    return [(p.stem[len("bench-"):], p) for p in files]
+    files = sorted(
+        Path(data_dir).glob("bench-*.json"), key=lambda p: (p.stem != "bench-cpu", p.stem)
+    )
+    return [(p.stem[len("bench-") :], p) for p in files]
 
 
 def _quiet_text(q: dict) -> str:
@@ -216,8 +254,10 @@ def _quiet_text(q: dict) -> str:
         if q.get("drift"):
             parts.append(f"copy limits within {q['drift']:.2f}×")
         return "quiet (" + ", ".join(parts) + ")"
-    return ("**not quiet**: " + "; ".join(q["why"]) + ". These figures measure the machine's "
-            "load as much as the code.")
+    return (
+        "**not quiet**: " + "; ".join(q["why"]) + ". These figures measure the machine's "
+        "load as much as the code."
+    )
 
 
 def _ns(seconds, n):
@@ -231,14 +271,22 @@ def _cpu_title(m: dict) -> str:
 
 def _bench_versions(b: dict) -> str:
     m = b["machine"]
-    v = {"iglu_np": m.get("iglu_np"), "git": b.get("git"), "python": m.get("python"),
-         "numpy": m.get("numpy"), "numba": m.get("numba"), "torch": m.get("torch")}
+    v = {
+        "iglu_np": m.get("iglu_np"),
+        "git": b.get("git"),
+        "python": m.get("python"),
+        "numpy": m.get("numpy"),
+        "numba": m.get("numba"),
+        "torch": m.get("torch"),
+    }
     return _versions(v)
 
 
 def _keys(b):
-    return sorted({(r["dtype"], r["n"]) for r in b["rows"]}, key=lambda k: (DTYPES.index(k[0])
-                                                                          if k[0] in DTYPES else 9, k[1]))
+    return sorted(
+        {(r["dtype"], r["n"]) for r in b["rows"]},
+        key=lambda k: (DTYPES.index(k[0]) if k[0] in DTYPES else 9, k[1]),
+    )
 
 
 def _is_gpu(b: dict) -> bool:
@@ -249,12 +297,21 @@ def _is_gpu(b: dict) -> bool:
 
 # the GPU benchmark's columns: (key, label, colour) per pass, iglu_np's backends first
 GPU_SERIES = {
-    "fwd": (("fwd_ms", "iglu_np (CuPy)", "#1f77b4"), ("numba_fwd_ms", "iglu_np (Numba CUDA)", "#17becf"),
-            ("torch_fwd_ms", "torch", "#ff7f0e"), ("jax_fwd_ms", "JAX", "#2ca02c")),
-    "bwd": (("bwd_ms", "iglu_np (CuPy)", "#1f77b4"), ("numba_bwd_ms", "iglu_np (Numba CUDA)", "#17becf")),
+    "fwd": (
+        ("fwd_ms", "iglu_np (CuPy)", "#1f77b4"),
+        ("numba_fwd_ms", "iglu_np (Numba CUDA)", "#17becf"),
+        ("torch_fwd_ms", "torch", "#ff7f0e"),
+        ("jax_fwd_ms", "JAX", "#2ca02c"),
+    ),
+    "bwd": (
+        ("bwd_ms", "iglu_np (CuPy)", "#1f77b4"),
+        ("numba_bwd_ms", "iglu_np (Numba CUDA)", "#17becf"),
+    ),
 }
-GPU_QUIET = ("none recorded: the GPU benchmark times each call with CUDA events (medians of "
-             "repeated samples) and makes no quiet-machine check")
+GPU_QUIET = (
+    "none recorded: the GPU benchmark times each call with CUDA events (medians of "
+    "repeated samples) and makes no quiet-machine check"
+)
 
 
 def _gpu_versions(b: dict) -> str:
@@ -279,27 +336,37 @@ def _gpu_dtypes(b):
 
 def _render_gpu(machine: str, b: dict, image: str) -> list:
     title = f"GPU: {b['device']}"
-    out = [f".. _performance-{machine}:", "", title, "-" * len(title), "",
-           f":Date: {b['date']}",
-           f":Machine: {b['device']}; {b['size']:,} elements per array; Numba CUDA backend: "
-           f"{b['numba_cuda']}",
-           f":Versions: {_gpu_versions(b)}",
-           f":Command: ``{b['command']}``",
-           f":Quiet check: {GPU_QUIET}",
-           "",
-           f".. figure:: {image}",
-           f"   :alt: ns per element of every activation's forward and backward pass on "
-           f"{b['device']}, beside the copy limit and the peers",
-           "   :width: 100%",
-           "",
-           f"   Nanoseconds per element at n = {b['size']:,}, against the memory "
-           "limit (dashed) and the peers.",
-           ""]
+    out = [
+        f".. _performance-{machine}:",
+        "",
+        title,
+        "-" * len(title),
+        "",
+        f":Date: {b['date']}",
+        f":Machine: {b['device']}; {b['size']:,} elements per array; Numba CUDA backend: "
+        f"{b['numba_cuda']}",
+        f":Versions: {_gpu_versions(b)}",
+        f":Command: ``{b['command']}``",
+        f":Quiet check: {GPU_QUIET}",
+        "",
+        f".. figure:: {image}",
+        f"   :alt: ns per element of every activation's forward and backward pass on "
+        f"{b['device']}, beside the copy limit and the peers",
+        "   :width: 100%",
+        "",
+        f"   Nanoseconds per element at n = {b['size']:,}, against the memory "
+        "limit (dashed) and the peers.",
+        "",
+    ]
     lims = _gpu_limits(b)
     for dt in _gpu_dtypes(b):
         rows = [r for r in b["rows"] if r["dtype"] == dt]
-        cols = [(ps, k, label) for ps in ("fwd", "bwd") for k, label, _ in GPU_SERIES[ps]
-                if any(r.get(k) is not None for r in rows if not r["name"].startswith("("))]
+        cols = [
+            (ps, k, label)
+            for ps in ("fwd", "bwd")
+            for k, label, _ in GPU_SERIES[ps]
+            if any(r.get(k) is not None for r in rows if not r["name"].startswith("("))
+        ]
         head = f"{dt}, n = {b['size']:,}"
         out += [head, "~" * len(head), ""]
         header = ["activation"]
@@ -311,7 +378,8 @@ def _render_gpu(machine: str, b: dict, image: str) -> list:
         lim = lims.get(dt, {})
         for r in rows:
             name = {"(copy limit)": "*memory limit*", "(cupy.negative)": "*cupy.negative*"}.get(
-                r["name"], f"``{r['name']}``")
+                r["name"], f"``{r['name']}``"
+            )
             cells = [name]
             for ps, k, _ in cols:
                 v = r.get(k)
@@ -323,10 +391,17 @@ def _render_gpu(machine: str, b: dict, image: str) -> list:
         out += _list_table(header, body)
     sm = b.get("small")
     if sm:
-        out += [f"Per call at 1,024 elements (wall time, host overhead included): ``iglu`` "
-                f"{sm['iglu_us']:.1f} µs, ``cupy.negative`` {sm['cupy_negative_us']:.1f} µs"
-                + (f", ``iglu`` on the Numba CUDA backend {sm['numba_iglu_us']:.1f} µs"
-                   if "numba_iglu_us" in sm else "") + ".", ""]
+        out += [
+            f"Per call at 1,024 elements (wall time, host overhead included): ``iglu`` "
+            f"{sm['iglu_us']:.1f} µs, ``cupy.negative`` {sm['cupy_negative_us']:.1f} µs"
+            + (
+                f", ``iglu`` on the Numba CUDA backend {sm['numba_iglu_us']:.1f} µs"
+                if "numba_iglu_us" in sm
+                else ""
+            )
+            + ".",
+            "",
+        ]
     return out
 
 
@@ -338,49 +413,74 @@ def _plot_gpu(b: dict, path: Path) -> None:
     panels = []
     for i, dt in enumerate(_gpu_dtypes(b)):
         by = {r["name"]: r for r in b["rows"] if r["dtype"] == dt}
-        for j, (ps, what, limit) in enumerate((("fwd", "forward", "cupy.copyto"),
-                                               ("bwd", "fused backward", "read x, g, write o"))):
-            series = [(label, [_gpu_ns(b, by[a][k]) if a in by and by[a].get(k) else np.nan
-                               for a in names], c) for k, label, c in GPU_SERIES[ps]]
+        for j, (ps, what, limit) in enumerate(
+            (("fwd", "forward", "cupy.copyto"), ("bwd", "fused backward", "read x, g, write o"))
+        ):
+            series = [
+                (
+                    label,
+                    [_gpu_ns(b, by[a][k]) if a in by and by[a].get(k) else np.nan for a in names],
+                    c,
+                )
+                for k, label, c in GPU_SERIES[ps]
+            ]
             lim = _gpu_ns(b, lims[dt][f"{ps}_ms"])
-            panels.append((i, j, f"{what}, {dt}, n = {b['size']:,}\nmemory limit ({limit}): "
-                           f"{lim:.3g} ns/el", series, lim))
-    _bar_plot(path, names, panels,
-              f"iglu-np bench --device gpu on {b['device']}, {b['date']}\n{_gpu_versions(b)}",
-              "Quiet check: " + GPU_QUIET, "#444444")
+            panels.append(
+                (
+                    i,
+                    j,
+                    f"{what}, {dt}, n = {b['size']:,}\nmemory limit ({limit}): {lim:.3g} ns/el",
+                    series,
+                    lim,
+                )
+            )
+    _bar_plot(
+        path,
+        names,
+        panels,
+        f"iglu-np bench --device gpu on {b['device']}, {b['date']}\n{_gpu_versions(b)}",
+        "Quiet check: " + GPU_QUIET,
+        "#444444",
+    )
 
 
 def render_performance(benches) -> str:
     """``benches``: ``[(machine, data, image path relative to the docs dir)]``."""
-    out = [GENERATED.format(src="bench-*.json"), ".. _performance:", "", "Performance",
-           "=" * 11, "",
-           "Each activation's forward pass ``act(x, out=o)`` and fused backward pass "
-           "``act.backward(x, g, out=o)`` on arrays of random numbers (x ~ N(0, 9), "
-           "g ~ N(0, 1)), as measured by ``iglu-np bench``: the median time of repeated calls, "
-           "in nanoseconds per element, and as a multiple of the memory limit measured in the "
-           "same run (``× limit``; 1.0 is as fast as copying the data). The forward pass's limit "
-           "is a copy (the faster of ``np.copyto`` and a threaded copy), the backward pass's "
-           "reading x and g and writing x·g (the faster of ``np.multiply`` and a threaded "
-           "loop). torch on the CPU is beside where it has the function: its forward with "
-           "``out=`` where the op has one, its backward the autograd forward and backward "
-           "together.",
-           "",
-           "Every figure below comes from one run on the machine named, with the run's "
-           "quiet-machine check: whether the load, the spread of repeats, the CPU's speed and "
-           "the memory's throughput stayed steady enough for the figures to describe the code. "
-           "To measure again and regenerate this page::",
-           "",
-           "    python tools/update_docs.py record-bench",
-           "",
-           "(it runs ``iglu-np bench --json`` into ``docs/data/bench-cpu.json``; extra options "
-           "go to ``iglu-np bench``). On a machine with an NVIDIA GPU, "
-           "``python tools/update_docs.py record-bench --device gpu`` records "
-           "``iglu-np bench --device gpu``: CuPy arrays, CUDA-event medians, the forward's limit "
-           "``cupy.copyto``, the backward's a kernel that reads x and g and writes o in 16-byte "
-           "vectors, with the Numba CUDA backend, ``cupy.negative``, torch and JAX (forward "
-           "only) beside, into ``docs/data/bench-gpu-<device>.json``. Earlier results are in "
-           "the data files' git history.",
-           ""]
+    out = [
+        GENERATED.format(src="bench-*.json"),
+        ".. _performance:",
+        "",
+        "Performance",
+        "=" * 11,
+        "",
+        "Each activation's forward pass ``act(x, out=o)`` and fused backward pass "
+        "``act.backward(x, g, out=o)`` on arrays of random numbers (x ~ N(0, 9), "
+        "g ~ N(0, 1)), as measured by ``iglu-np bench``: the median time of repeated calls, "
+        "in nanoseconds per element, and as a multiple of the memory limit measured in the "
+        "same run (``× limit``; 1.0 is as fast as copying the data). The forward pass's limit "
+        "is a copy (the faster of ``np.copyto`` and a threaded copy), the backward pass's "
+        "reading x and g and writing x·g (the faster of ``np.multiply`` and a threaded "
+        "loop). torch on the CPU is beside where it has the function: its forward with "
+        "``out=`` where the op has one, its backward the autograd forward and backward "
+        "together.",
+        "",
+        "Every figure below comes from one run on the machine named, with the run's "
+        "quiet-machine check: whether the load, the spread of repeats, the CPU's speed and "
+        "the memory's throughput stayed steady enough for the figures to describe the code. "
+        "To measure again and regenerate this page::",
+        "",
+        "    python tools/update_docs.py record-bench",
+        "",
+        "(it runs ``iglu-np bench --json`` into ``docs/data/bench-cpu.json``; extra options "
+        "go to ``iglu-np bench``). On a machine with an NVIDIA GPU, "
+        "``python tools/update_docs.py record-bench --device gpu`` records "
+        "``iglu-np bench --device gpu``: CuPy arrays, CUDA-event medians, the forward's limit "
+        "``cupy.copyto``, the backward's a kernel that reads x and g and writes o in 16-byte "
+        "vectors, with the Numba CUDA backend, ``cupy.negative``, torch and JAX (forward "
+        "only) beside, into ``docs/data/bench-gpu-<device>.json``. Earlier results are in "
+        "the data files' git history.",
+        "",
+    ]
     if not benches:
         out += ["No benchmark data (``docs/data/bench-*.json``).", ""]
     if not any(_is_gpu(b) for _, b, _ in benches):
@@ -391,37 +491,59 @@ def render_performance(benches) -> str:
             continue
         m = b["machine"]
         title = f"CPU: {_cpu_title(m)}" if machine == "cpu" else f"{machine}: {_cpu_title(m)}"
-        out += [f".. _performance-{machine}:", "", title, "-" * len(title), "",
-                f":Date: {b['date']}",
-                f":Machine: {m['cpu']} ({m['cores']} cores, LLVM target {m.get('llvm_cpu', '?')}), "
-                f"{m['platform']}; Numba {m['numba_threads']} threads "
-                f"({m['threading_layer']} layer), parallel above {m['parallel_threshold']:,} "
-                f"elements" + (f"; torch {m['torch_threads']} threads" if m.get("torch") else ""),
-                f":Versions: {_bench_versions(b)}",
-                f":Command: ``{b['command']}``",
-                f":Quiet check: {_quiet_text(b['quiet'])}",
-                "",
-                f".. figure:: {image}",
-                f"   :alt: ns per element of every activation's forward and backward pass on "
-                f"{_cpu_title(m)}, beside the copy limit and torch",
-                "   :width: 100%",
-                "",
-                f"   Nanoseconds per element at n = {_plot_n(b):,}, against the "
-                "memory limit (dashed) and torch, with the quiet check's verdict under the legend.",
-                "",
-                "Memory limits",
-                "~~~~~~~~~~~~~",
-                ""]
-        lim_rows = [[lim["dtype"], f"{lim['n']:,}", f"{_ns(lim['copy'], lim['n']):.3f}",
-                     f"{_ns(lim['two_in_one_out'], lim['n']):.3f}"] for lim in b["limits"]]
+        out += [
+            f".. _performance-{machine}:",
+            "",
+            title,
+            "-" * len(title),
+            "",
+            f":Date: {b['date']}",
+            f":Machine: {m['cpu']} ({m['cores']} cores, LLVM target {m.get('llvm_cpu', '?')}), "
+            f"{m['platform']}; Numba {m['numba_threads']} threads "
+            f"({m['threading_layer']} layer), parallel above {m['parallel_threshold']:,} "
+            f"elements" + (f"; torch {m['torch_threads']} threads" if m.get("torch") else ""),
+            f":Versions: {_bench_versions(b)}",
+            f":Command: ``{b['command']}``",
+            f":Quiet check: {_quiet_text(b['quiet'])}",
+            "",
+            f".. figure:: {image}",
+            f"   :alt: ns per element of every activation's forward and backward pass on "
+            f"{_cpu_title(m)}, beside the copy limit and torch",
+            "   :width: 100%",
+            "",
+            f"   Nanoseconds per element at n = {_plot_n(b):,}, against the "
+            "memory limit (dashed) and torch, with the quiet check's verdict under the legend.",
+            "",
+            "Memory limits",
+            "~~~~~~~~~~~~~",
+            "",
+        ]
+        lim_rows = [
+            [
+                lim["dtype"],
+                f"{lim['n']:,}",
+                f"{_ns(lim['copy'], lim['n']):.3f}",
+                f"{_ns(lim['two_in_one_out'], lim['n']):.3f}",
+            ]
+            for lim in b["limits"]
+        ]
         out += _list_table(["dtype", "n", "copy (fwd) ns/el", "x·g → out (bwd) ns/el"], lim_rows)
         lims = {(lim["dtype"], lim["n"]): lim for lim in b["limits"]}
         for dt, n in _keys(b):
             head = f"{dt}, n = {n:,}"
             out += [head, "~" * len(head), ""]
             lim = lims[(dt, n)]
-            rows = [["*memory limit*", f"{_ns(lim['copy'], n):.3f}", "1.00", "—",
-                     f"{_ns(lim['two_in_one_out'], n):.3f}", "1.00", "—"]]
+            rows = [
+                [
+                    "*memory limit*",
+                    f"{_ns(lim['copy'], n):.3f}",
+                    "1.00",
+                    "—",
+                    f"{_ns(lim['two_in_one_out'], n):.3f}",
+                    "1.00",
+                    "—",
+                ]
+            ]
             by = {}
             for r in b["rows"]:
                 if (r["dtype"], r["n"]) == (dt, n):
@@ -433,12 +555,25 @@ def render_performance(benches) -> str:
                     if r is None:
                         cells += ["", "", ""]
                         continue
-                    cells += [f"{r['ns_per_element']:.3f}", f"{r['rel_limit']:.2f}",
-                              f"{_ns(r['torch_seconds'], n):.3f}" if r.get("torch_seconds") else "—"]
+                    cells += [
+                        f"{r['ns_per_element']:.3f}",
+                        f"{r['rel_limit']:.2f}",
+                        f"{_ns(r['torch_seconds'], n):.3f}" if r.get("torch_seconds") else "—",
+                    ]
                 rows.append(cells)
-            out += _list_table(["activation", "fwd ns/el", "fwd × limit", "torch fwd ns/el",
-                                "bwd ns/el", "bwd × limit", "torch bwd ns/el"], rows,
-                               [16, 10, 10, 10, 10, 10, 10])
+            out += _list_table(
+                [
+                    "activation",
+                    "fwd ns/el",
+                    "fwd × limit",
+                    "torch fwd ns/el",
+                    "bwd ns/el",
+                    "bwd × limit",
+                    "torch bwd ns/el",
+                ],
+                rows,
+                [16, 10, 10, 10, 10, 10, 10],
+            )
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -459,8 +594,9 @@ def _bar_plot(path: Path, names: list, panels: list, title: str, verdict: str, c
 
     nrows = 1 + max(p[0] for p in panels)
     # 9 inches wide: shown at the docs' text width, 10 pt text stays readable
-    fig, axes = plt.subplots(nrows, 2, figsize=(9, 2.4 + 0.25 * len(names) * nrows),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        nrows, 2, figsize=(9, 2.4 + 0.25 * len(names) * nrows), squeeze=False, sharey=True
+    )
     y = np.arange(len(names))
     handles = {}
     for row, col, ptitle, series, limit in panels:
@@ -498,13 +634,33 @@ def _bar_plot(path: Path, names: list, panels: list, title: str, verdict: str, c
     H = fig.get_figheight()
     below = 0.15 + 0.17 * len(lines) + 0.3 * legend_rows
     top, bottom = 1.05, 0.7 + below
-    fig.subplots_adjust(left=0.14, right=0.98, wspace=0.05, top=1 - top / H, bottom=bottom / H,
-                        hspace=(1.0 + 0.6) / (H - top - bottom) * nrows)
+    fig.subplots_adjust(
+        left=0.14,
+        right=0.98,
+        wspace=0.05,
+        top=1 - top / H,
+        bottom=bottom / H,
+        hspace=(1.0 + 0.6) / (H - top - bottom) * nrows,
+    )
     fig.suptitle(title, fontsize=10, y=1 - 0.1 / H, va="top")
-    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=3, fontsize=9,
-               frameon=False, bbox_to_anchor=(0.5, below / H))
-    fig.text(0.5, (0.1 + 0.085 * len(lines)) / H, "\n".join(lines), ha="center", va="center",
-             fontsize=9, color=color)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        ncol=3,
+        fontsize=9,
+        frameon=False,
+        bbox_to_anchor=(0.5, below / H),
+    )
+    fig.text(
+        0.5,
+        (0.1 + 0.085 * len(lines)) / H,
+        "\n".join(lines),
+        ha="center",
+        va="center",
+        fontsize=9,
+        color=color,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -525,24 +681,45 @@ def plot_performance(machine: str, b: dict, path: Path) -> None:
     panels = []
     for i, dt in enumerate(dts):
         by = {(r["activation"], r["pass"]): r for r in b["rows"] if (r["dtype"], r["n"]) == (dt, n)}
-        for j, (ps, lk, what, limit) in enumerate((("fwd", "copy", "forward", "copy"),
-                                                   ("bwd", "two_in_one_out", "fused backward",
-                                                    "x·g → o"))):
+        for j, (ps, lk, what, limit) in enumerate(
+            (
+                ("fwd", "copy", "forward", "copy"),
+                ("bwd", "two_in_one_out", "fused backward", "x·g → o"),
+            )
+        ):
             ours = [by[(a, ps)]["ns_per_element"] if (a, ps) in by else np.nan for a in names]
-            theirs = [_ns(by[(a, ps)]["torch_seconds"], n)
-                      if (a, ps) in by and by[(a, ps)].get("torch_seconds") else np.nan for a in names]
+            theirs = [
+                _ns(by[(a, ps)]["torch_seconds"], n)
+                if (a, ps) in by and by[(a, ps)].get("torch_seconds")
+                else np.nan
+                for a in names
+            ]
             lim = _ns(lims[(dt, n)][lk], n)
-            panels.append((i, j, f"{what}, {dt}, n = {n:,}\nmemory limit ({limit}): {lim:.2f} ns/el",
-                           [("iglu_np", ours, "#1f77b4"),
-                            ("torch (bwd: autograd fwd + bwd)", theirs, "#ff7f0e")], lim))
+            panels.append(
+                (
+                    i,
+                    j,
+                    f"{what}, {dt}, n = {n:,}\nmemory limit ({limit}): {lim:.2f} ns/el",
+                    [
+                        ("iglu_np", ours, "#1f77b4"),
+                        ("torch (bwd: autograd fwd + bwd)", theirs, "#ff7f0e"),
+                    ],
+                    lim,
+                )
+            )
     q = b["quiet"]
     if q.get("quiet"):
         verdict, color = "Quiet check: " + _quiet_text(q), "#2a6e2a"
     else:
         verdict, color = "Quiet check: NOT quiet: " + "; ".join(q["why"]), "#b00020"
-    _bar_plot(path, names, panels,
-              f"iglu-np bench on {_cpu_title(b['machine'])}, {b['date']}\n{_bench_versions(b)}",
-              verdict, color)
+    _bar_plot(
+        path,
+        names,
+        panels,
+        f"iglu-np bench on {_cpu_title(b['machine'])}, {b['date']}\n{_bench_versions(b)}",
+        verdict,
+        color,
+    )
 
 
 def _wrap(s, width):
@@ -562,8 +739,14 @@ def pages(data_dir: Path, docs_dir: Path) -> dict:
     benches = []
     for machine, p in machines(data_dir):
         benches.append((machine, json.loads(p.read_text()), f"images/performance-{machine}.png"))
-    return {docs_dir / "accuracy.rst": render_accuracy(acc),
-            docs_dir / "performance.rst": render_performance(benches)}, acc, benches
+    return (
+        {
+            docs_dir / "accuracy.rst": render_accuracy(acc),
+            docs_dir / "performance.rst": render_performance(benches),
+        },
+        acc,
+        benches,
+    )
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -572,8 +755,10 @@ def _first_difference(old: str, new: str) -> str:
         if x != y:
             c = next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
             lo = max(0, c - 30)
-            return (f"line {i}, column {c + 1}: committed {x[lo:c + 50]!r}, "
-                    f"the data give {y[lo:c + 50]!r}")
+            return (
+                f"line {i}, column {c + 1}: committed {x[lo : c + 50]!r}, "
+                f"the data give {y[lo : c + 50]!r}"
+            )
     return f"{len(a)} lines committed, the data give {len(b)}"
 
 
@@ -584,7 +769,9 @@ def check(data_dir: Path, docs_dir: Path) -> list:
         if not path.exists():
             problems.append(f"{path} is missing")
         elif path.read_text() != text:
-            problems.append(f"{path} differs from its data ({_first_difference(path.read_text(), text)})")
+            problems.append(
+                f"{path} differs from its data ({_first_difference(path.read_text(), text)})"
+            )
     for machine, _, image in benches:
         if not (docs_dir / image).is_file():
             problems.append(f"{docs_dir / image} (the {machine} plot) is missing")
@@ -612,16 +799,23 @@ def record_bench(data_dir: Path, bench_args: list) -> int:
     from accuracy_sweep import git_revision, versions
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    )
     cmd = [sys.executable, "-m", "iglu_np", "bench", "--json", *bench_args]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, env=env, cwd=ROOT)
     if r.returncode:
         print(f"iglu-np bench failed (exit {r.returncode})", file=sys.stderr)
         return r.returncode
     data = json.loads(r.stdout)
-    out = {"date": date, "command": shlex.join(["iglu-np", "bench", "--json", *bench_args]),
-           "git": git_revision()}
+    out = {
+        "date": date,
+        "command": shlex.join(["iglu-np", "bench", "--json", *bench_args]),
+        "git": git_revision(),
+    }
     if _is_gpu(data):
         out["versions"] = versions()
         slug = re.sub(r"[^a-z0-9]+", "-", data["device"].lower()).strip("-") or "device"
@@ -656,8 +850,11 @@ def main(argv=None) -> int:
         rest.append(a)
         i += 1
     if not (data_dir / "accuracy.json").is_file():
-        print(f"update_docs.py: {data_dir / 'accuracy.json'} is missing: write it with "
-              "python tools/accuracy_sweep.py --out docs/data/accuracy.json", file=sys.stderr)
+        print(
+            f"update_docs.py: {data_dir / 'accuracy.json'} is missing: write it with "
+            "python tools/accuracy_sweep.py --out docs/data/accuracy.json",
+            file=sys.stderr,
+        )
         return 2
     if rest[:1] == ["record-bench"]:
         code = record_bench(data_dir, rest[1:])

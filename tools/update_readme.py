@@ -3,6 +3,7 @@
 ``python tools/update_readme.py`` rewrites the block between the markers;
 ``--check`` exits 1 when README.md is out of date (the test suite runs that check).
 """
+
 import sys
 from pathlib import Path
 

@@ -7,6 +7,7 @@ import, so a newly registered activation is benchmarked without editing this sui
 "missing ufunc" check): it is run when the benchmark modules are imported, so
 ``asv check`` / discovery fails loudly if something registered has no benchmark.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,18 @@ SEED = 20260301
 # What a registered activation must be covered by: aspect -> benchmark classes.
 # "backward_params" and "backward_all" are required of activations with parameters only.
 ASPECTS = (
-    "forward", "dx", "backward", "backward_params", "backward_all", "overhead", "peakmem",
-    "temporaries", "copy_ratio", "accuracy", "trainer", "in_place",
+    "forward",
+    "dx",
+    "backward",
+    "backward_params",
+    "backward_all",
+    "overhead",
+    "peakmem",
+    "temporaries",
+    "copy_ratio",
+    "accuracy",
+    "trainer",
+    "in_place",
 )
 PARAM_ONLY = ("backward_params", "backward_all")
 REGISTRY_DRIVEN: list = []
@@ -77,8 +88,9 @@ def coverage_gaps(names=None, classes=None) -> dict:
     gaps = {}
     for n in names:
         act = iglu_np.ACTIVATIONS.get(n)
-        need = [a for a in ASPECTS
-                if not (a in PARAM_ONLY and act is not None and not act.param_names)]
+        need = [
+            a for a in ASPECTS if not (a in PARAM_ONLY and act is not None and not act.param_names)
+        ]
         miss = [a for a in need if n not in covered[a]]
         if miss:
             gaps[n] = miss
@@ -88,8 +100,7 @@ def coverage_gaps(names=None, classes=None) -> dict:
 def check_coverage(classes=None, aspects=ASPECTS):
     """Raise if a registered activation lacks a benchmark for one of ``aspects``."""
     gaps = {
-        n: [a for a in miss if a in aspects]
-        for n, miss in coverage_gaps(classes=classes).items()
+        n: [a for a in miss if a in aspects] for n, miss in coverage_gaps(classes=classes).items()
     }
     gaps = {n: m for n, m in gaps.items() if m}
     if gaps:
@@ -142,8 +153,10 @@ def _no_cuda_device() -> bool:
     from one server, and a CUDA context created before a fork is unusable after it."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return True
-    if os.name == "posix" and not os.path.exists("/proc/driver/nvidia") and not any(
-        os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+    if (
+        os.name == "posix"
+        and not os.path.exists("/proc/driver/nvidia")
+        and not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"))
     ):
         return True
     return False
@@ -154,9 +167,11 @@ NO_GPU = _no_cuda_device()
 try:
     from asv_runner.benchmarks.mark import skip_benchmark_if
 except ImportError:  # the suite imported without asv (tests), or an asv_runner before 0.1
+
     def skip_benchmark_if(condition):
         """asv_runner's decorator: a benchmark marked ``skip_benchmark`` is left out at
         discovery."""
+
         def deco(func):
             @functools.wraps(func)
             def wrapper(*args, **kwargs):

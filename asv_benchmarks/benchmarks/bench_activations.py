@@ -6,6 +6,7 @@ The "cpu" throughput calls write into preallocated outputs so they time the kern
 first-touch page faults of a fresh 128 MiB array; the allocating path is what
 ``Overhead`` and the ``peakmem_`` benchmarks measure.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,28 @@ import numba
 import numpy as np
 
 from ._common import (
-    CPU_BACKENDS, CPU_CLOCK, DTYPES, LARGE, NAMES, PARAM_NAMES, ROUNDS, SIZES, TRACK_SIZE,
-    Device, best_of, calls_per_sample, check_coverage, clock, get_act, gpu_twin, make_grad, make_x,
-    memo, registry_driven, use_clock, warm_up,
+    CPU_BACKENDS,
+    CPU_CLOCK,
+    DTYPES,
+    LARGE,
+    NAMES,
+    PARAM_NAMES,
+    ROUNDS,
+    SIZES,
+    TRACK_SIZE,
+    Device,
+    best_of,
+    calls_per_sample,
+    check_coverage,
+    clock,
+    get_act,
+    gpu_twin,
+    make_grad,
+    make_x,
+    memo,
+    registry_driven,
+    use_clock,
+    warm_up,
 )
 
 _WARM = 64  # elements in a warm-up call: compiles every loop without touching big memory
@@ -38,8 +58,10 @@ class _Throughput:
 
     def setup(self, name, dtype, size, backend):
         use_clock(backend, size)
-        state = memo((type(self).__name__, name, dtype, size, backend),
-                     lambda: self._build(name, dtype, size, backend))
+        state = memo(
+            (type(self).__name__, name, dtype, size, backend),
+            lambda: self._build(name, dtype, size, backend),
+        )
         self.act, self.dev, self.call = state
         # asv reads `number` from the instance after setup (its attribute lookup is the
         # method, then the instance): a sample is the mean of this many calls, each timed
@@ -53,8 +75,11 @@ class _Throughput:
         dev = Device(backend)
         self.act, self.dev = act, dev
         x = make_x(act, dtype, size)
-        g = (make_grad(dtype, size)
-             if self.kind in ("bwd", "backward_params", "backward_all", "bwd_in_place") else None)
+        g = (
+            make_grad(dtype, size)
+            if self.kind in ("bwd", "backward_params", "backward_all", "bwd_in_place")
+            else None
+        )
         self.x = dev.to(x)
         self.g = dev.to(g) if g is not None else None
         self.out = dev.to(np.empty_like(x)) if self.kind != "backward_params" else None
@@ -369,8 +394,9 @@ class CopyRatio:
     timer = staticmethod(copy_clock)
 
     def setup(self, name, op, dtype):
-        self.fn, _copy_time[0] = memo(("CopyRatio", name, op, dtype),
-                                      lambda: self._build(name, op, dtype))
+        self.fn, _copy_time[0] = memo(
+            ("CopyRatio", name, op, dtype), lambda: self._build(name, op, dtype)
+        )
 
     @staticmethod
     def _build(name, op, dtype):
@@ -427,6 +453,7 @@ class Accuracy:
             raise NotImplementedError(f"{name} has no parameters")
         try:
             import mpmath  # noqa: F401
+
             self.mp = True
         except ImportError:
             self.mp = False
@@ -502,6 +529,19 @@ def _ulp_vs_float64(got, true64) -> np.ndarray:
 
 # The suite is generated from the registry; fail discovery if something slipped through.
 # The trainer aspect lives in bench_trainer and is checked there.
-check_coverage(aspects=tuple(a for a in
-               ("forward", "dx", "backward", "backward_params", "overhead", "peakmem",
-                "temporaries", "copy_ratio", "accuracy")))
+check_coverage(
+    aspects=tuple(
+        a
+        for a in (
+            "forward",
+            "dx",
+            "backward",
+            "backward_params",
+            "overhead",
+            "peakmem",
+            "temporaries",
+            "copy_ratio",
+            "accuracy",
+        )
+    )
+)

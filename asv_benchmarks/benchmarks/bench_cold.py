@@ -5,6 +5,7 @@ cache. Each is timed inside a child process of its own with its own cache direct
 (``track_`` benchmarks in seconds, one sample each: a compile does not repeat in a
 process, so asv's timing loop has nothing to repeat). Not a timed test: the figures
 depend on the machine (README, "Kernel cache")."""
+
 from __future__ import annotations
 
 import json
@@ -39,15 +40,27 @@ def _env(cache):
 def first_call(name: str, cache: str) -> dict:
     """The import and first-call times (wall and CPU, seconds) of a fresh process calling
     activation ``name`` on 10 float32 elements with the kernel cache ``cache``."""
-    r = subprocess.run([sys.executable, "-c", _FIRST, name], env=_env(cache),
-                       capture_output=True, text=True, timeout=900, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _FIRST, name],
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def warmup_all(cache: str, jobs: int = 0) -> dict:
     """``iglu-np warmup --json`` of every activation into ``cache`` (its report)."""
-    r = subprocess.run([sys.executable, "-m", "iglu_np", "warmup", "--json", "--jobs", str(jobs)],
-                       env=_env(cache), capture_output=True, text=True, timeout=7200, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "iglu_np", "warmup", "--json", "--jobs", str(jobs)],
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=7200,
+        check=True,
+    )
     return json.loads(r.stdout)
 
 

@@ -9,12 +9,20 @@ BLAS runs on one thread here (threadpoolctl, in the asv environment): the step's
 call and would be counted by the CPU-time clock (up to 1.7x the step's time, varying
 between processes). The activations' own kernels stay single-threaded below 65,536 elements.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ._common import (
-    CPU_CLOCK, NAMES, ROUNDS, SEED, check_coverage, get_act, memo, registry_driven,
+    CPU_CLOCK,
+    NAMES,
+    ROUNDS,
+    SEED,
+    check_coverage,
+    get_act,
+    memo,
+    registry_driven,
     warm_up,
 )
 
@@ -48,8 +56,9 @@ class Trainer:
     timer = staticmethod(CPU_CLOCK)
 
     def setup(self, name):
-        self.ad, self.X, self.y, self.model, self.opt = memo(("Trainer", name),
-                                                             lambda: self._build(name))
+        self.ad, self.X, self.y, self.model, self.opt = memo(
+            ("Trainer", name), lambda: self._build(name)
+        )
 
     def _build(self, name):
         act = get_act(name)
@@ -63,17 +72,18 @@ class Trainer:
             raise NotImplementedError(f"iglu_np.nn unavailable at this commit: {e}") from None
         self.ad = ad
         self.X, self.y = _problem()
-        self.model = MLP(N_FEATURES, HIDDEN, N_CLASSES, activation=act.name, learnable=True,
-                         rng=SEED)
+        self.model = MLP(
+            N_FEATURES, HIDDEN, N_CLASSES, activation=act.name, learnable=True, rng=SEED
+        )
         self.opt = Adam(self.model.parameters(), lr=1e-3)
         warm_up(lambda: self.step(0))  # compiles/loads every kernel kind the step uses
         return self.ad, self.X, self.y, self.model, self.opt
 
     def step(self, start):
         ad, model, opt = self.ad, self.model, self.opt
-        xb = ad.Tensor(self.X[start:start + BATCH])
+        xb = ad.Tensor(self.X[start : start + BATCH])
         opt.zero_grad()
-        loss = ad.cross_entropy(model(xb), self.y[start:start + BATCH])
+        loss = ad.cross_entropy(model(xb), self.y[start : start + BATCH])
         loss.backward()
         opt.step()
         return loss

@@ -11,6 +11,7 @@ activation gets its page with no edit.
 The extension also moves the docstrings' "Derivatives" section (``iglu_np._docs``; not a
 numpydoc section, which numpydoc would drop) ahead of the parameters, as a rubric.
 """
+
 from __future__ import annotations
 
 import io
@@ -73,9 +74,11 @@ def accuracy_section(name: str, acc: dict) -> list:
     if not rows:
         return lines + [f"``{name}`` has no rows in ``docs/data/accuracy.json`` yet.", ""]
     # columns whose value is the same in every row go into the sentence above the table
-    cols = {"backend": lambda r: r["backend"],
-            "x swept": lambda r: "[{:g}, {:g}]".format(*r["domain"]),
-            "points": lambda r: f"{r['points']:,}"}
+    cols = {
+        "backend": lambda r: r["backend"],
+        "x swept": lambda r: "[{:g}, {:g}]".format(*r["domain"]),
+        "points": lambda r: f"{r['points']:,}",
+    }
     same = {k: f(rows[0]) for k, f in cols.items() if len({f(r) for r in rows}) == 1}
     facts = []
     if "backend" in same:
@@ -86,21 +89,26 @@ def accuracy_section(name: str, acc: dict) -> list:
         facts.append(f"{same['points']} points (x values times parameter sets) per row")
     lines += [
         f"Error in ulp of the result against mpmath, from the sweep of {acc['date'][:10]} "
-        f"on {acc['machine']}: " + "; ".join(facts + ["±0, ±inf and NaN always included"])
+        f"on {acc['machine']}: "
+        + "; ".join(facts + ["±0, ±inf and NaN always included"])
         + ". The :doc:`/accuracy` page has every activation, the command and the versions.",
         "",
         ".. list-table::",
         "   :header-rows: 1",
         "",
     ]
-    head = ["kind", "dtype"] + [k for k in cols if k not in same] + [
-        "worst ulp", "worst at", "rms ulp", "bound"]
+    head = (
+        ["kind", "dtype"]
+        + [k for k in cols if k not in same]
+        + ["worst ulp", "worst at", "rms ulp", "bound"]
+    )
     lines += [f"   {'*' if i == 0 else ' '} - {h}" for i, h in enumerate(head)]
     for r in rows:
-        cells = ([_kind_labels(r["kind"])[1], r["dtype"]]
-                 + [f(r) for k, f in cols.items() if k not in same]
-                 + [_fmt(r["worst_ulp"]), _where(r["worst_at"]), _fmt(r["rms_ulp"]),
-                    _fmt(r["bound"])])
+        cells = (
+            [_kind_labels(r["kind"])[1], r["dtype"]]
+            + [f(r) for k, f in cols.items() if k not in same]
+            + [_fmt(r["worst_ulp"]), _where(r["worst_at"]), _fmt(r["rms_ulp"]), _fmt(r["bound"])]
+        )
         lines += [f"   {'*' if i == 0 else ' '} - {c}" for i, c in enumerate(cells)]
     return lines + [""]
 
@@ -128,8 +136,9 @@ def plot(act, path: Path) -> None:
     if spec.params:
         panels.append([("d_" + p, spec.dparams[p]) for p in spec.param_names])
     plt.rcParams.update({"font.size": 12, "axes.titlesize": 12, "legend.fontsize": 11})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.4, 3.6),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.4 * len(panels) + 0.4, 3.6), squeeze=False, layout="constrained"
+    )
     styles = ["-", "--", ":", "-."]
     for ax, panel in zip(axes[0], panels):
         ys = []
@@ -162,34 +171,47 @@ def plot(act, path: Path) -> None:
 # --------------------------------------------------------------------------- backends
 def backends_section(act) -> list:
     spec, n = act.spec, act.name
-    bulk = ", ".join(_kind_labels("fwd" if k == "f" else k if k == "dx" else "d_" + k)[1]
-                     for k in spec.bulk)
-    cpu = (f"**CPU** (numpy arrays): compiled loops over contiguous memory, threaded from "
-           f"65,536 elements, and the numpy ufuncs ``iglu_np.{n}.ufunc``, "
-           f"``iglu_np.{n}.dx.ufunc``, ``iglu_np.{n}.backward.ufunc``"
-           + (f", ``iglu_np.{n}.dparams.ufuncs``" if spec.params else "")
-           + " for every other layout (:doc:`/user_guide/cpu`).")
+    bulk = ", ".join(
+        _kind_labels("fwd" if k == "f" else k if k == "dx" else "d_" + k)[1] for k in spec.bulk
+    )
+    cpu = (
+        f"**CPU** (numpy arrays): compiled loops over contiguous memory, threaded from "
+        f"65,536 elements, and the numpy ufuncs ``iglu_np.{n}.ufunc``, "
+        f"``iglu_np.{n}.dx.ufunc``, ``iglu_np.{n}.backward.ufunc``"
+        + (f", ``iglu_np.{n}.dparams.ufuncs``" if spec.params else "")
+        + " for every other layout (:doc:`/user_guide/cpu`)."
+    )
     if bulk:
-        cpu += (f" Bulk kernels for {bulk}: cheaper forms with the same bits inside their "
-                "domain, taken per block of elements.")
-    lines = ["Backends", "--------", "", "- " + cpu,
-             "- **CuPy** (CuPy arrays, and torch/JAX CUDA arrays through their memory): C++ "
-             "translated from the same kernels, equal to the CPU bit for bit "
-             "(:doc:`/user_guide/gpu`).",
-             "- **Numba CUDA** (Numba device arrays, or ``backend=\"numba_cuda\"``): the same "
-             "kernels compiled by Numba for the GPU.",
-             "- **Dask / xarray**: lazy, chunk by chunk, with the kernels above "
-             "(:doc:`/user_guide/dask`)."]
+        cpu += (
+            f" Bulk kernels for {bulk}: cheaper forms with the same bits inside their "
+            "domain, taken per block of elements."
+        )
+    lines = [
+        "Backends",
+        "--------",
+        "",
+        "- " + cpu,
+        "- **CuPy** (CuPy arrays, and torch/JAX CUDA arrays through their memory): C++ "
+        "translated from the same kernels, equal to the CPU bit for bit "
+        "(:doc:`/user_guide/gpu`).",
+        '- **Numba CUDA** (Numba device arrays, or ``backend="numba_cuda"``): the same '
+        "kernels compiled by Numba for the GPU.",
+        "- **Dask / xarray**: lazy, chunk by chunk, with the kernels above "
+        "(:doc:`/user_guide/dask`).",
+    ]
     if spec.torch:
         if isinstance(spec.torch, str):
             t = f"``torch.nn.functional.{spec.torch}`` at the default parameters"
         else:
             t = (spec.torch.__doc__ or "a torch expression").strip().split("\n")[0].rstrip(".")
-        lines.append(f"- **torch equivalent** (timed by ``iglu-np bench``, checked by the "
-                     f"tests): {t}.")
+        lines.append(
+            f"- **torch equivalent** (timed by ``iglu-np bench``, checked by the tests): {t}."
+        )
     if spec.jax:
-        lines.append(f"- **JAX equivalent** (timed by ``iglu-np bench --device gpu``): "
-                     f"``{spec.jax}`` in ``jax.nn`` (else ``jax.numpy``).")
+        lines.append(
+            f"- **JAX equivalent** (timed by ``iglu-np bench --device gpu``): "
+            f"``{spec.jax}`` in ``jax.nn`` (else ``jax.numpy``)."
+        )
     return lines + [""]
 
 
@@ -201,27 +223,50 @@ def page(act, acc: dict) -> str:
     n, spec = act.name, act.spec
     title = n
     pdesc = ", ".join(f"{p.name} = {p.default!r}" for p in spec.params)
-    lines = [_HEADER + f".. _activation-{n}:", "", title, "=" * len(title), "",
-             f".. figure:: _plots/{n}.png",
-             f"   :alt: {n}, its derivative in x"
-             + (" and in its parameters" if spec.params else "") + f" on {list(X_PLOT)}",
-             f"   :width: {100 if spec.params else 55}%", "",
-             f"   On [{X_PLOT[0]:g}, {X_PLOT[1]:g}]"
-             + (f" at the defaults ({pdesc})" if pdesc else "") + ".", "",
-             "Reference", "---------", "",
-             f".. autofunction:: iglu_np.{n}", ""]
+    lines = [
+        _HEADER + f".. _activation-{n}:",
+        "",
+        title,
+        "=" * len(title),
+        "",
+        f".. figure:: _plots/{n}.png",
+        f"   :alt: {n}, its derivative in x"
+        + (" and in its parameters" if spec.params else "")
+        + f" on {list(X_PLOT)}",
+        f"   :width: {100 if spec.params else 55}%",
+        "",
+        f"   On [{X_PLOT[0]:g}, {X_PLOT[1]:g}]"
+        + (f" at the defaults ({pdesc})" if pdesc else "")
+        + ".",
+        "",
+        "Reference",
+        "---------",
+        "",
+        f".. autofunction:: iglu_np.{n}",
+        "",
+    ]
     lines += accuracy_section(n, acc)
     lines += backends_section(act)
     return "\n".join(lines)
 
 
 def index(acts) -> str:
-    lines = [_HEADER + "Activations", "===========", "",
-             "Every activation ``iglu_np.<name>``, its formula and its parameters with defaults "
-             "and domains. Each page holds the docstring, a plot, the measured accuracy and "
-             "the backends.", "",
-             ".. list-table::", "   :header-rows: 1", "   :widths: 14 28 58", "",
-             "   * - name", "     - parameters (default, domain)", "     - formula"]
+    lines = [
+        _HEADER + "Activations",
+        "===========",
+        "",
+        "Every activation ``iglu_np.<name>``, its formula and its parameters with defaults "
+        "and domains. Each page holds the docstring, a plot, the measured accuracy and "
+        "the backends.",
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 14 28 58",
+        "",
+        "   * - name",
+        "     - parameters (default, domain)",
+        "     - formula",
+    ]
     for n, a in acts.items():
         ps = "; ".join(f"``{p.name}={p.default!r}`` ({p.domain})" for p in a.params) or "—"
         lines += [f"   * - :doc:`{n}`", f"     - {ps}", f"     - :math:`{a.formula}`"]
@@ -235,22 +280,42 @@ def aliases_section() -> list:
     names map, from ``iglu_np._aliases``."""
     from iglu_np._aliases import ALIASES, HF_NOT_PROVIDED, HF_SAME_NAME, NOTES
 
-    lines = [".. _activation-aliases:", "", "Aliases", "-------", "",
-             "Other names in use for these activations: the names of Hugging Face "
-             "transformers' ``ACT2FN`` that are an activation here under another name. "
-             "``iglu_np.get(alias)`` and ``iglu_np.<alias>`` give an activation object with "
-             "the listed parameter values as its defaults (a parameter passed to the call "
-             "overrides them); ``iglu_np.ALIASES`` maps each alias to ``(activation, "
-             "parameters)``.", "",
-             ".. list-table::", "   :header-rows: 1", "   :widths: 18 30 52", "",
-             "   * - alias", "     - activation", "     - what the name computes"]
+    lines = [
+        ".. _activation-aliases:",
+        "",
+        "Aliases",
+        "-------",
+        "",
+        "Other names in use for these activations: the names of Hugging Face "
+        "transformers' ``ACT2FN`` that are an activation here under another name. "
+        "``iglu_np.get(alias)`` and ``iglu_np.<alias>`` give an activation object with "
+        "the listed parameter values as its defaults (a parameter passed to the call "
+        "overrides them); ``iglu_np.ALIASES`` maps each alias to ``(activation, "
+        "parameters)``.",
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 18 30 52",
+        "",
+        "   * - alias",
+        "     - activation",
+        "     - what the name computes",
+    ]
     for a, (t, fixed) in ALIASES.items():
         ps = ", ".join(f"{k}={v!r}" for k, v in fixed.items())
-        lines += [f"   * - ``{a}``", f"     - :doc:`{t}`" + (f" ``({ps})``" if ps else ""),
-                  f"     - {NOTES[a]}"]
-    lines += ["", "``ACT2FN`` names that are activations here under the same name, at their "
-              "defaults: " + ", ".join(f":doc:`{n}`" for n in HF_SAME_NAME) + ".", "",
-              "Not provided (no activation here computes them):", ""]
+        lines += [
+            f"   * - ``{a}``",
+            f"     - :doc:`{t}`" + (f" ``({ps})``" if ps else ""),
+            f"     - {NOTES[a]}",
+        ]
+    lines += [
+        "",
+        "``ACT2FN`` names that are activations here under the same name, at their "
+        "defaults: " + ", ".join(f":doc:`{n}`" for n in HF_SAME_NAME) + ".",
+        "",
+        "Not provided (no activation here computes them):",
+        "",
+    ]
     lines += [f"- ``{n}``: {what}" for n, what in HF_NOT_PROVIDED.items()]
     return lines
 
@@ -282,12 +347,13 @@ def move_derivatives(app, what, name, obj, options, lines) -> None:
     else:
         return
     j = i + 2
-    while j < len(lines) - 1 and not (lines[j] and set(lines[j + 1]) == {"-"}
-                                      and len(lines[j + 1]) == len(lines[j])):
+    while j < len(lines) - 1 and not (
+        lines[j] and set(lines[j + 1]) == {"-"} and len(lines[j + 1]) == len(lines[j])
+    ):
         j += 1
     if j == len(lines) - 1:
         j = len(lines)
-    block = [".. rubric:: Derivatives", ""] + lines[i + 2:j]
+    block = [".. rubric:: Derivatives", ""] + lines[i + 2 : j]
     del lines[i:j]
     at = lines.index("Parameters") if "Parameters" in lines else i
     lines[at:at] = block + [""]

@@ -2,6 +2,7 @@
 
 Adding an activation is adding one module here that calls :func:`iglu_np._spec.define`.
 """
+
 import importlib
 import pkgutil
 

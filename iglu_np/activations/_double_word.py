@@ -1,7 +1,8 @@
 """Double-word helpers of the GELU family: constants split into hi + lo pairs per dtype, and
 the exact sum of two floats."""
-from decimal import Decimal, localcontext
+
 import struct
+from decimal import Decimal, localcontext
 
 from .._spec import kernel
 
@@ -18,7 +19,6 @@ def split_constant(digits: str):
         hi64 = float(d)
         hi32 = _f32(hi64)
         return hi64, float(d - Decimal(hi64)), hi32, _f32(float(d - Decimal(hi32)))
-
 
 
 @kernel

@@ -10,16 +10,34 @@ function fitted by polynomials (iglu_np/_coefficients.py). For |a x| <= 12.5 (fl
 working precision with first-order corrections, faster than the double-word and
 float64-internal forms, which keep the tails. No libm erfc, so CPU and GPU agree.
 """
+
 import math
 
 import numpy as np
 
-from .._coefficients import (GELU32_K, GELU32_UMAX, GELU32N_UMAX, GELU64N_UMAX, GELU_G32, GELU_H32,
-                              GELU_H32_C0, GELU_H64, GELU_H64_C0, GELU_M0_32, GELU_M0_64, GELU_M1_32,
-                              GELU_M1_64, GELU_M2_32, GELU_M2_64, GELU_M3_32, GELU_M3_64, GELU_S_32,
-                              GELU_S_64)
-from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
+from .._coefficients import (
+    GELU32_K,
+    GELU32_UMAX,
+    GELU32N_UMAX,
+    GELU64N_UMAX,
+    GELU_G32,
+    GELU_H32,
+    GELU_H32_C0,
+    GELU_H64,
+    GELU_H64_C0,
+    GELU_M0_32,
+    GELU_M0_64,
+    GELU_M1_32,
+    GELU_M1_64,
+    GELU_M2_32,
+    GELU_M2_64,
+    GELU_M3_32,
+    GELU_M3_64,
+    GELU_S_32,
+    GELU_S_64,
+)
 from .._math import _TWO_M512, exp_normal, fma, horner, is_f32, mul_exp, padded, two_prod
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._spec import kernel
 from ._double_word import split_constant, two_sum
 
@@ -38,10 +56,11 @@ INV_SQRT_2PI = 0.39894228040143267794
 
 # The Mills pieces at one length: one Horner pass on coefficients chosen by selects.
 GELU_M0P_64, GELU_M1P_64, GELU_M2P_64, GELU_M3P_64 = padded(
-    GELU_M0_64, GELU_M1_64, GELU_M2_64, GELU_M3_64)
+    GELU_M0_64, GELU_M1_64, GELU_M2_64, GELU_M3_64
+)
 GELU_M0P_32, GELU_M1P_32, GELU_M2P_32, GELU_M3P_32 = padded(
-    GELU_M0_32, GELU_M1_32, GELU_M2_32, GELU_M3_32, dtype=np.float32)
-
+    GELU_M0_32, GELU_M1_32, GELU_M2_32, GELU_M3_32, dtype=np.float32
+)
 
 
 # The kernels below choose between their cases with selects, not branches: every case is
@@ -395,5 +414,3 @@ def gelu32_da(x, a):
     r = (xd * ph) * xd
     r = D(0.0) if ph == D(0.0) else r  # |x| = inf with a > 0: the limit 0
     return T(r)
-
-

@@ -4,6 +4,7 @@
 ATLU's gate (arctan(x) + pi/2)/pi is the Cauchy CDF, so ATLU is IGLU with sigma = 1 and
 reuses IGLU's kernels (reflected gate for x << 0, cancellation-free tail derivative).
 """
+
 import math
 
 from .._math import fma
@@ -24,8 +25,6 @@ def atlu_f(x):
 def atlu_dx(x):
     T = type(x)
     return iglu_dx(x, T(1.0))
-
-
 
 
 def _ref_gate(mp, x):
@@ -196,8 +195,9 @@ define(
     ),
     special_points=(
         0.0,
-        lambda p: -1.0 / math.tan(math.pi * p["alpha"] / (1 + 2 * p["alpha"]))
-        if p["alpha"] > 0 else None,
+        lambda p: (
+            -1.0 / math.tan(math.pi * p["alpha"] / (1 + 2 * p["alpha"])) if p["alpha"] > 0 else None
+        ),
     ),
     references=(_PAPER, _CODE),
     example=(

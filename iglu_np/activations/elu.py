@@ -1,9 +1,26 @@
 """Exponential linear units: ELU, CELU and SELU (PyTorch's definitions and kink conventions)."""
+
 import math
 
-from .._math import (_TWO_64, _TWO_512, _TWO_M32, _TWO_M60, _TWO_M64, _TWO_M500, BIG, exp_dw, exp_expm1_neg, exp_normal, exp_scaled, exp_scaled_times, fma,
-                     horner, is_f32, neg_side, two_prod)
 from .._coefficients import CELU_DALPHA_32, CELU_DALPHA_64
+from .._math import (
+    _TWO_64,
+    _TWO_512,
+    _TWO_M32,
+    _TWO_M60,
+    _TWO_M64,
+    _TWO_M500,
+    BIG,
+    exp_dw,
+    exp_expm1_neg,
+    exp_normal,
+    exp_scaled_times,
+    fma,
+    horner,
+    is_f32,
+    neg_side,
+    two_prod,
+)
 from .._spec import Param, define, kernel
 
 # SELU's constants (Klambauer et al. 2017, as PyTorch spells them) and their product, each
@@ -267,7 +284,6 @@ def selu_dx_bulk(x):
     return _selu_dx_of(x, exp_normal(neg_side(x)))
 
 
-
 # --------------------------------------------------------------------------- references
 def _ref_elu(mp, x, a):
     if x > 0:
@@ -352,11 +368,14 @@ define(
     special_points=(0.0,),
     notes=(
         "The negative branch uses expm1, exact near 0 where exp(x) - 1 cancels. "
-        + _KINK_NOTE + ": elu'(0) = alpha, d/dalpha elu(0) = 0. elu(-0.0) = -0.0. "
+        + _KINK_NOTE
+        + ": elu'(0) = alpha, d/dalpha elu(0) = 0. elu(-0.0) = -0.0. "
         "alpha > 0 here (PyTorch accepts any alpha; a negative one is not an ELU)."
     ),
-    references=("Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by "
-                "Exponential Linear Units (ELUs), arXiv:1511.07289",),
+    references=(
+        "Clevert, Unterthiner & Hochreiter, Fast and Accurate Deep Network Learning by "
+        "Exponential Linear Units (ELUs), arXiv:1511.07289",
+    ),
     example=(
         ">>> iglu_np.elu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.632121,  0.      ,  1.      ])\n"
         ">>> iglu_np.elu.dx(np.array([0.0]), alpha=2.0)  # PyTorch's kink convention\narray([2.])"
@@ -393,7 +412,8 @@ define(
         "derivative has condition |x/alpha|, and expm1 is corrected by e^q times the low "
         "part. The alpha-derivative expm1(q) - q e^q ~ -q^2/2 cancels for |q| <= 2; there it "
         "is q^2 P(q + 1) with a fitted polynomial (tools/derive_coefficients.py). "
-        + _KINK_NOTE + " (PyTorch implements CELU as ELU with input scale 1/alpha): "
+        + _KINK_NOTE
+        + " (PyTorch implements CELU as ELU with input scale 1/alpha): "
         "celu'(0) = 1 from both sides."
     ),
     references=("Barron, Continuously Differentiable Exponential Linear Units, arXiv:1704.07483",),
@@ -434,8 +454,10 @@ define(
         "= 1.7580993408473768... (PyTorch's float64 product of the rounded constants is "
         "1 ulp lower)."
     ),
-    references=("Klambauer, Unterthiner, Mayr & Hochreiter, Self-Normalizing Neural Networks, "
-                "arXiv:1706.02515",),
+    references=(
+        "Klambauer, Unterthiner, Mayr & Hochreiter, Self-Normalizing Neural Networks, "
+        "arXiv:1706.02515",
+    ),
     example=(
         ">>> iglu_np.selu(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-1.111331,  0.      ,  1.050701])\n"
         ">>> iglu_np.selu.dx(np.array([0.0, 1.0])).round(6)\narray([1.758099, 1.050701])"

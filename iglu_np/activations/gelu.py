@@ -2,16 +2,33 @@
 2016; Kang, Yang & Rocha Neto 2026). The normal CDF machinery they share, accurate down to
 underflow, is in _normal_cdf.py; PyTorch's tanh approximation is gelu_tanh.py.
 """
+
 import math
 
-from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._math import _TWO_M512, exp_dw, exp_normal, is_f32, two_prod
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._spec import Param, define, kernel
 from ._double_word import two_sum
-from ._normal_cdf import (K1024_HI, K1024_LO, K2048_HI, K2048_LO, LN_64H, ax_in_float64, ax_native,
-                          ax_native_bulk, gelu32_da, gelu32_dx, gelu32_f, gelu_core, gelu_dx_core,
-                          gelu_native, gelu_native_dx, gelu_native_dx_bulk, in_native_range,
-                          npdf_exponent)
+from ._normal_cdf import (
+    K1024_HI,
+    K1024_LO,
+    K2048_HI,
+    K2048_LO,
+    LN_64H,
+    ax_in_float64,
+    ax_native,
+    ax_native_bulk,
+    gelu32_da,
+    gelu32_dx,
+    gelu32_f,
+    gelu_core,
+    gelu_dx_core,
+    gelu_native,
+    gelu_native_dx,
+    gelu_native_dx_bulk,
+    in_native_range,
+    npdf_exponent,
+)
 
 # The root of GELU's x-derivative (it crosses zero once, on the negative side).
 GELU_DX_ROOT = -0.75179152469356445745790494677952403966447115342345

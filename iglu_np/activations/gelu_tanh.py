@@ -2,6 +2,7 @@
 0.044715 x^3). Its cubic 2u is carried as a double-word pair: exp(2u) has condition |2u|
 (up to ~745) in the x << 0 tail.
 """
+
 from .._math import exp_normal, exp_scaled, fma, is_f32
 from .._spec import define, kernel
 from ._double_word import split_constant, two_sum

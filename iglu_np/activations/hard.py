@@ -4,13 +4,12 @@ Kink conventions follow PyTorch 2.13's autograd (checked with torch): the deriva
 breakpoint is the value of the *outer* (flat) piece, except hardswish at x = +3 where
 PyTorch's hardswish_backward returns 1.
 """
+
 import math
 
 from .._spec import Param, any_at_least, define, kernel
 
 _TORCH = "PyTorch torch.nn.functional documentation (hardtanh, hardsigmoid, hardswish)"
-
-
 
 
 # --------------------------------------------------------------------------- hardtanh
@@ -201,7 +200,9 @@ define(
     ),
     f=hardswish_f,
     dx=hardswish_dx,
-    ref=lambda mp, x: x * min(max(x + 3, mp.zero), mp.mpf(6)) / 6 if mp.isfinite(x) else max(x, mp.zero),
+    ref=lambda mp, x: (
+        x * min(max(x + 3, mp.zero), mp.mpf(6)) / 6 if mp.isfinite(x) else max(x, mp.zero)
+    ),
     ref_dx=lambda mp, x: mp.zero if x <= -3 else (mp.one if x >= 3 else (2 * x + 3) / 6),
     notes=(
         "Kink convention (PyTorch 2.13's hardswish_backward, checked with torch): f' = 0 "

@@ -1,12 +1,29 @@
 """IGLU: the Cauchy-gated linear unit and its rational approximation (Kang, Yang & Rocha
 Neto, ECML-PKDD 2026, arXiv 2603.06861, eqs. 4, 8, 10, 11)."""
+
 import math
 
 import numpy as np
 
-from .._math import (_TWO_32, _TWO_64, _TWO_256, _TWO_512, _TWO_M32, _TWO_M64, _TWO_M256, _TWO_M512,
-                     PIO2_HI32, PIO2_HI64, PIO2_LO32, PIO2_LO64, fma, horner, is_f32, padded)
 from .._coefficients import IGLU_A32, IGLU_A64, IGLU_D32, IGLU_D64, IGLU_R32
+from .._math import (
+    _TWO_32,
+    _TWO_64,
+    _TWO_256,
+    _TWO_512,
+    _TWO_M32,
+    _TWO_M64,
+    _TWO_M256,
+    _TWO_M512,
+    PIO2_HI32,
+    PIO2_HI64,
+    PIO2_LO32,
+    PIO2_LO64,
+    fma,
+    horner,
+    is_f32,
+    padded,
+)
 from .._spec import Param, define, kernel
 
 _PAPER = "Kang, Yang & Rocha Neto, IGLU, ECML-PKDD 2026, arXiv:2603.06861"
@@ -337,8 +354,6 @@ def iglu_approx_dsigma(x, sigma):
     return T(0.5) * m * m
 
 
-
-
 # --------------------------------------------------------------------------- references
 def _ref_z(mp, x, s):
     return mp.mpf(1) / 2 + mp.atan(s * x) / mp.pi
@@ -424,6 +439,7 @@ define(
     references=(_PAPER + ", eq. 8",),
     example=">>> iglu_np.z_gate(np.array([-1.0, 0.0, 1.0])).round(6)\narray([0.25, 0.5 , 0.75])",
 )
+
 
 def _torch_iglu(th, x):
     """The paper's reference expression in torch (``iglu-np bench`` times it)."""

@@ -1,12 +1,25 @@
 """Algebraic activations built from rational functions and square roots: softsign and
 squareplus (Barron 2021)."""
+
 import math
 
-from .._math import (_TWO_60, _TWO_64, _TWO_120, _TWO_500, _TWO_512, _TWO_1000, _TWO_M60, _TWO_M64,
-                     _TWO_M120, _TWO_M500, _TWO_M512, _TWO_M1000, fma, is_f32)
+from .._math import (
+    _TWO_60,
+    _TWO_64,
+    _TWO_120,
+    _TWO_500,
+    _TWO_512,
+    _TWO_1000,
+    _TWO_M60,
+    _TWO_M64,
+    _TWO_M120,
+    _TWO_M500,
+    _TWO_M512,
+    _TWO_M1000,
+    fma,
+    is_f32,
+)
 from .._spec import Param, define, kernel
-
-
 
 
 # --------------------------------------------------------------------------- softsign
@@ -218,8 +231,10 @@ define(
         "value for every b > 0) and df/db(0) = +inf."
     ),
     special_points=(0.0,),
-    references=("Barron, Squareplus: A Softplus-Like Algebraic Rectifier, arXiv:2112.11687",
-                "jax.nn.squareplus"),
+    references=(
+        "Barron, Squareplus: A Softplus-Like Algebraic Rectifier, arXiv:2112.11687",
+        "jax.nn.squareplus",
+    ),
     example=(
         ">>> iglu_np.squareplus(np.array([-1.5, 0.0, 1.5]))\narray([0.5, 1. , 2. ])\n"
         ">>> iglu_np.squareplus(np.array([-1e8]))  # b/(4|x|), no cancellation\n"

@@ -5,6 +5,7 @@ conventions: the derivative at the kink follows PyTorch's autograd (checked agai
 torch 2.13), NaN is never turned into a number by a comparison, and the limits at
 +-inf come out without inf*0.
 """
+
 import math
 
 from .._spec import Param, define, kernel
@@ -89,8 +90,6 @@ def leaky_da(x, a):
     if x > T(0.0):
         return T(0.0)
     return x  # 0 at x = 0 either way; NaN passes through
-
-
 
 
 # --------------------------------------------------------------------------- references

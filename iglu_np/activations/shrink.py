@@ -1,5 +1,6 @@
 """Shrinkage operators: hardshrink (hard thresholding) and softshrink (soft thresholding,
 the proximal map of lambda*|x|)."""
+
 import math
 
 from .._spec import Param, define, kernel
@@ -63,8 +64,6 @@ def softshrink_dlam(x, lam):
     if math.isnan(x):
         return x
     return T(0.0)
-
-
 
 
 _HARD_LAMBDA = Param(

@@ -1,11 +1,21 @@
 """Sigmoidal gates and the self-gated units built on them: sigmoid, tanh, SiLU, Tanhshrink,
 Mish and xSiLU (Huang 2024, expanded gating range)."""
+
 import math
 
-from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import (exp_expm1_neg, exp_normal, exp_scaled, fma, horner, is_f32, mul_exp, sigmoid,
-                     tanh_small)
 from .._coefficients import TANHSHRINK_32, TANHSHRINK_64
+from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
+from .._math import (
+    exp_expm1_neg,
+    exp_normal,
+    exp_scaled,
+    fma,
+    horner,
+    is_f32,
+    mul_exp,
+    sigmoid,
+    tanh_small,
+)
 from .._spec import Param, define, kernel
 
 _XSILU_PAPER = (
@@ -417,8 +427,6 @@ def xsilu_dalpha(x, alpha):
     return x * math.tanh(T(0.5) * x)
 
 
-
-
 # --------------------------------------------------------------------------- references
 def _sig(mp, x):
     if mp.isinf(x):
@@ -550,7 +558,7 @@ define(
     example=(
         ">>> iglu_np.sigmoid(np.array([-1.0, 0.0, 1.0])).round(6)\n"
         "array([0.268941, 0.5     , 0.731059])\n"
-        ">>> print(f\"{float(iglu_np.sigmoid(-100.0)):.6e}\")  # exp(-100), not 0\n3.720076e-44"
+        '>>> print(f"{float(iglu_np.sigmoid(-100.0)):.6e}")  # exp(-100), not 0\n3.720076e-44'
     ),
 )
 
@@ -631,7 +639,7 @@ define(
     example=(
         ">>> iglu_np.tanhshrink(np.array([-2.0, 0.0, 2.0])).round(6)\n"
         "array([-1.035972,  0.      ,  1.035972])\n"
-        ">>> print(f\"{float(iglu_np.tanhshrink(1e-3)):.6e}\")  # x^3/3, not 0\n3.333332e-10"
+        '>>> print(f"{float(iglu_np.tanhshrink(1e-3)):.6e}")  # x^3/3, not 0\n3.333332e-10'
     ),
 )
 
@@ -668,7 +676,9 @@ define(
         "Beyond |x| = 80, where exp(-|x|) leaves float32's normal range, the float32 "
         "value is computed in float64 and rounded once."
     ),
-    references=("Misra, Mish: A Self Regularized Non-Monotonic Activation Function, arXiv:1908.08681",),
+    references=(
+        "Misra, Mish: A Self Regularized Non-Monotonic Activation Function, arXiv:1908.08681",
+    ),
     example=">>> iglu_np.mish(np.array([-1.0, 0.0, 1.0])).round(6)\narray([-0.303401,  0.      ,  0.865098])",
 )
 

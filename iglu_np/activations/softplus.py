@@ -1,10 +1,31 @@
 """Softplus with PyTorch's semantics: (1/beta) log(1 + exp(beta x)), reverting to the
 identity where beta x > threshold."""
+
 import math
 
-from .._math import (_TWO_16, _TWO_32, _TWO_64, _TWO_128, _TWO_256, _TWO_512, _TWO_M16, _TWO_M32,
-                     _TWO_M64, _TWO_M90, _TWO_M128, _TWO_M256, _TWO_M512, _TWO_M900, exp_dw,
-                     exp_normal, exp_scaled_over, fma, is_f32, log1p_unit, two_prod)
+from .._math import (
+    _TWO_16,
+    _TWO_32,
+    _TWO_64,
+    _TWO_128,
+    _TWO_256,
+    _TWO_512,
+    _TWO_M16,
+    _TWO_M32,
+    _TWO_M64,
+    _TWO_M90,
+    _TWO_M128,
+    _TWO_M256,
+    _TWO_M512,
+    _TWO_M900,
+    exp_dw,
+    exp_normal,
+    exp_scaled_over,
+    fma,
+    is_f32,
+    log1p_unit,
+    two_prod,
+)
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
 from .._spec import Param, define, kernel
 
@@ -66,7 +87,7 @@ def softplus_f(x, beta, threshold):
     # u/beta is normal. For y > 0 in that tail u/beta is below x's rounding.
     m, b, sc = exp_scaled_over(nh, nl, beta)
     near = sc == T(1.0)
-    l = log1p_unit(m) if near else m
+    l = log1p_unit(m) if near else m  # noqa: E741  (the kernels' C++ keeps the name)
     r = x + (l if near else T(0.0)) / beta if pos else (l / b) * sc
     return x if linear else r
 
@@ -88,13 +109,15 @@ def softplus_dx(x, beta, threshold):
 @kernel
 def _softplus_bulk_domain(x, beta, threshold):
     T = type(x)
-    return beta == T(1.0) and abs(x) <= (T(80.0) if is_f32(x) else T(700.0))  # short of exp_scaled's tail
+    return beta == T(1.0) and abs(x) <= (
+        T(80.0) if is_f32(x) else T(700.0)
+    )  # short of exp_scaled's tail
 
 
 @kernel
 def softplus_f_bulk(x, beta, threshold):
     T = type(x)
-    l = log1p_unit(exp_normal(-abs(x)))  # exp(-|x|) is in (0, 1]
+    l = log1p_unit(exp_normal(-abs(x)))  # noqa: E741  exp(-|x|) is in (0, 1]
     r = x + l if x > T(0.0) else l
     return x if x > threshold else r
 
@@ -138,7 +161,7 @@ _K32_HI64, _K32_LO64 = 22.18070977791831, -5.96540375591777e-14  # 32 ln2, hi on
 @kernel
 def _ladder(v, n, up, down, s):
     """(v up, n + s) where v < down (= 1/up, up = 2^s exactly), else (v, n)."""
-    T = type(v)
+    T = type(v)  # noqa: F841  (every kernel names its dtype T)
     low = v < down
     v = v * up if low else v
     n = n + s if low else n
@@ -206,8 +229,6 @@ def softplus_dthreshold(x, beta, threshold):
         return x
     # The threshold only moves a jump discontinuity: the derivative is 0 almost everywhere.
     return T(0.0)
-
-
 
 
 # --------------------------------------------------------------------------- references

@@ -1,11 +1,26 @@
 """Swish with a gate sharpness beta: x * sigmoid(beta x) (Ramachandran, Zoph & Le 2017;
 beta = 1 is SiLU, Elfwing, Uchibe & Doya 2018; beta = 1.702 is the QuickGELU
 approximation of GELU)."""
+
 import math
 
-from .._math import (_K64_HI32, _K64_HI64, _K64_LO32, _K64_LO64, _K128_HI32, _K128_LO32,
-                     _K1024_HI64, _K1024_LO64, _TWO_64, _TWO_M64, _TWO_M960, exp_normal, fma,
-                     is_f32, two_prod)
+from .._math import (
+    _K64_HI32,
+    _K64_HI64,
+    _K64_LO32,
+    _K64_LO64,
+    _K128_HI32,
+    _K128_LO32,
+    _K1024_HI64,
+    _K1024_LO64,
+    _TWO_64,
+    _TWO_M64,
+    _TWO_M960,
+    exp_normal,
+    fma,
+    is_f32,
+    two_prod,
+)
 from .._spec import Param, define, kernel
 
 
@@ -271,8 +286,21 @@ define(
             "1.702 QuickGELU; beta = 0 gives x/2, beta -> inf tends to ReLU, and a "
             "negative beta gates by sigma(-|beta| x) (the mirror image, -Swish(-x; |beta|)).",
             # first value: the quick test run's pick; the last, its other one
-            test_values=(1.702, 0.0, -1.0, 0.5, 4.0, -0.37, 1e-3, 1e3, 1e-300, 1e300, -1e-30,
-                         1e30, -1e30),
+            test_values=(
+                1.702,
+                0.0,
+                -1.0,
+                0.5,
+                4.0,
+                -0.37,
+                1e-3,
+                1e3,
+                1e-300,
+                1e300,
+                -1e-30,
+                1e30,
+                -1e30,
+            ),
         )
     ],
     f=swish_f,

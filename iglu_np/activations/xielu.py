@@ -5,11 +5,24 @@ The parameters here are the *effective* values. The paper's trainer reparameteri
 as alpha_p = softplus(a_p) and alpha_n = beta + softplus(a_n); that belongs to the trainer,
 so the domains below are the images of those maps (alpha_p > 0, alpha_n > beta).
 """
+
 import math
 
+from .._math import (
+    _TWO_200,
+    _TWO_M200,
+    _TWO_M960,
+    BIG,
+    exp_expm1_neg,
+    exp_scaled_times,
+    fma,
+    horner,
+    is_f32,
+    neg_side,
+    two_prod,
+    two_sum,
+)
 from .._math import NUMBA as numba  # numba.float64(x): a cast, rebound to numba's own
-from .._math import (_TWO_200, _TWO_M200, _TWO_M960, BIG, exp_expm1_neg,
-                     exp_scaled_times, fma, horner, is_f32, neg_side, two_prod, two_sum)
 from .._spec import Param, any_at_least, define, kernel
 
 _PAPER = "Huang & Schlag, Deriving Activation Functions Using Integration, arXiv:2411.13010"
@@ -261,7 +274,7 @@ def xielu_root_lo(an, beta, hi):
     e^-hi to ~2^-80: expm1(-hi) is built as a double-word from a short Taylor series at
     -hi 2^-16 (exact scaling) and 16 doublings. It depends on the parameters only, so the
     CPU loops hoist it out of the element loop; on a GPU only threads near the root run it."""
-    T = type(an)
+    T = type(an)  # noqa: F841  (every kernel names its dtype T)
     uh, ul = _expm1_dw(-hi)
     # (alpha_n - beta)(1 + u) - alpha_n = (alpha_n - beta) u - beta, with p - beta exact
     # (Sterbenz) and alpha_n - beta carried exactly as sh + st.
@@ -489,12 +502,12 @@ def xielu_deps(x, ap, an, beta, eps):
     return T(0.0)
 
 
-
-
 def _xielu_check(alpha_p, alpha_n, beta, eps):
     if any_at_least(beta, alpha_n):
-        return ("alpha_n must be greater than beta (the reference parameterisation is "
-                "alpha_n = beta + softplus(.))")
+        return (
+            "alpha_n must be greater than beta (the reference parameterisation is "
+            "alpha_n = beta + softplus(.))"
+        )
     return None
 
 
@@ -604,8 +617,11 @@ define(
     dparams={"alpha_p": xielu_dap, "alpha_n": xielu_dan, "beta": xielu_dbeta, "eps": xielu_deps},
     bulk={"dx": xielu_dx_bulk},
     bulk_domain=_xielu_bulk_domain,
-    prepared={"f": (xielu_f_prep, xielu_f_prepared), "dx": (xielu_dx_prep, xielu_dx_prepared),
-              "alpha_n": (xielu_eps_prep, xielu_dan_prepared)},
+    prepared={
+        "f": (xielu_f_prep, xielu_f_prepared),
+        "dx": (xielu_dx_prep, xielu_dx_prepared),
+        "alpha_n": (xielu_eps_prep, xielu_dan_prepared),
+    },
     ref=_ref_xielu,
     ref_dx=_ref_xielu_dx,
     ref_dparams={

@@ -32,6 +32,7 @@ call back into this dispatcher for their chunks. Modules other than the CPU's ar
 only when an array that is not a host array shows up (or ``backend=`` names them), so
 importing iglu_np never imports cupy, numba.cuda or dask.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -56,13 +57,25 @@ BACKENDS = {
 
 # What each route takes, for ``iglu-np info`` (:func:`array_types`).
 _ARRAY_TYPES = (
-    (("numpy arrays and scalars, Python numbers, lists, memoryviews; pandas Series and "
-      "DataFrames (returned with their index)"), "cpu"),
-    (("torch CPU tensors, JAX CPU arrays, any __dlpack__ array on the CPU (array-api-strict, "
-      "...): zero-copy, returned as their own type"), "host_array"),
+    (
+        (
+            "numpy arrays and scalars, Python numbers, lists, memoryviews; pandas Series and "
+            "DataFrames (returned with their index)"
+        ),
+        "cpu",
+    ),
+    (
+        (
+            "torch CPU tensors, JAX CPU arrays, any __dlpack__ array on the CPU (array-api-strict, "
+            "...): zero-copy, returned as their own type"
+        ),
+        "host_array",
+    ),
     ("CuPy arrays", "cupy"),
-    ("torch/JAX CUDA arrays, __cuda_array_interface__ or CUDA __dlpack__ arrays",
-     "cuda_array with CuPy, else numba_cuda"),
+    (
+        "torch/JAX CUDA arrays, __cuda_array_interface__ or CUDA __dlpack__ arrays",
+        "cuda_array with CuPy, else numba_cuda",
+    ),
     ("Numba CUDA device arrays", "numba_cuda"),
     ("dask arrays (lazy, per chunk)", "dask"),
     ("xarray DataArrays (coordinates kept)", "xarray"),
@@ -145,8 +158,9 @@ def _choose(act, data, params) -> str:
     b = params.pop("backend", None)
     if b is not None:
         if b not in BACKENDS:
-            raise ValueError(f"{act.name}: unknown backend={b!r}; expected one of "
-                             f"{', '.join(BACKENDS)}")
+            raise ValueError(
+                f"{act.name}: unknown backend={b!r}; expected one of {', '.join(BACKENDS)}"
+            )
         return b
     for d in data:
         if not isinstance(d, _HOST_TYPES):

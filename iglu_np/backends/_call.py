@@ -5,6 +5,7 @@ The dtype rules (:mod:`iglu_np._dtypes`), the parameters' domain checks
 checks are the same on every target; what differs is how an operand is taken (numpy
 values on the CPU, CuPy or Numba device arrays on a GPU), which a :class:`Target` says.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -88,7 +89,8 @@ def prepare(act, data, params, out=None, target: Target = _HOST) -> Call:
                 raise TypeError(
                     f"{name}: {nm} is a host {type(d).__name__} but the {target.name} backend "
                     f"needs device arrays for x and grad_out ({target.host_hint}); parameters "
-                    "may be host values")
+                    "may be host values"
+                )
     if target.data is not None:
         data = tuple(target.data(d) for d in data)
     dev_params = {}
@@ -136,12 +138,14 @@ def prepare(act, data, params, out=None, target: Target = _HOST) -> Call:
     shape = None
     if target.broadcast:
         shapes = [np.shape(d) for d in data] + [
-            np.shape(a) for a, isarr in zip(pargs, arrays) if isarr]
+            np.shape(a) for a, isarr in zip(pargs, arrays) if isarr
+        ]
         try:
             shape = np.broadcast_shapes(*shapes)
         except ValueError:
-            raise ValueError(f"{name}: operands with shapes {shapes} do not broadcast "
-                             "together") from None
+            raise ValueError(
+                f"{name}: operands with shapes {shapes} do not broadcast together"
+            ) from None
     split = f32_split(vals, act.defaults) if cdt is not rdt else None
     o = None
     if out is not None:

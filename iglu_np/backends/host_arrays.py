@@ -21,6 +21,7 @@ JAX tracer (inside ``jax.jit``, ``grad``, ``vmap``) is refused pointing to
 ``ml_dtypes.bfloat16``. Types are recognised by their module's name: nothing here imports
 torch or JAX.
 """
+
 from __future__ import annotations
 
 import sys
@@ -75,20 +76,25 @@ def _on_host(a, k) -> bool:
 def handles(a) -> bool:
     k = kind_of(a)
     if k == "tracer":
-        raise TypeError("a JAX tracer (inside jax.jit, grad or vmap): iglu_np's functions "
-                        "compute on concrete arrays; use iglu_np.jax.<name> there")
+        raise TypeError(
+            "a JAX tracer (inside jax.jit, grad or vmap): iglu_np's functions "
+            "compute on concrete arrays; use iglu_np.jax.<name> there"
+        )
     return k is not None and _on_host(a, k)
 
 
 def status():
     """(usable, detail) for ``iglu-np info``."""
-    return True, ("torch CPU tensors, JAX CPU arrays, __dlpack__ CPU arrays: the CPU kernels "
-                  "on their memory, results as the input's type")
+    return True, (
+        "torch CPU tensors, JAX CPU arrays, __dlpack__ CPU arrays: the CPU kernels "
+        "on their memory, results as the input's type"
+    )
 
 
 def fast_path(a):
     """The dispatcher's per-type path: the same calls, None for an operand of the type that
     is not on the CPU (a torch CUDA tensor after a CPU one)."""
+
     def thin_run(act, kind, data, params, out):
         k = kind_of(data[0])
         return run(act, kind, data, params, out) if k and _on_host(data[0], k) else None
@@ -112,15 +118,18 @@ def _numpy(act, what: str, a):
     lib = type(a).__module__.split(".")[0]
     if not _on_host(a, k):
         dev = getattr(a, "device", "another device")
-        raise TypeError(f"{act.name}: {what} is a {lib} array on {dev}, beside host arrays; "
-                        "put every operand on one device")
+        raise TypeError(
+            f"{act.name}: {what} is a {lib} array on {dev}, beside host arrays; "
+            "put every operand on one device"
+        )
     try:
         if k == "torch":
             if a.requires_grad:
                 raise TypeError(
                     f"{act.name}: {what} is a torch tensor that requires grad; iglu_np's "
                     f"functions do not record autograd: use iglu_np.torch.{act.name} (or "
-                    "pass .detach() for the values alone)")
+                    "pass .detach() for the values alone)"
+                )
             torch = sys.modules["torch"]
             if a.dtype == torch.bfloat16:
                 return a.view(torch.int16).numpy().view(_bf16(act))
@@ -129,23 +138,28 @@ def _numpy(act, what: str, a):
             return np.asarray(a)  # a read-only view of a CPU buffer
         return np.from_dlpack(a)
     except (RuntimeError, BufferError, ValueError) as e:
-        raise TypeError(f"{act.name}: {what} ({type(a).__name__} of {lib}) cannot be viewed "
-                        f"as a numpy array without a copy ({type(e).__name__}: {e})") from None
+        raise TypeError(
+            f"{act.name}: {what} ({type(a).__name__} of {lib}) cannot be viewed "
+            f"as a numpy array without a copy ({type(e).__name__}: {e})"
+        ) from None
 
 
 def _bf16(act):
     try:
         import ml_dtypes
     except ImportError:
-        raise TypeError(f"{act.name}: bfloat16 tensors need ml_dtypes "
-                        "(pip install ml_dtypes)") from None
+        raise TypeError(
+            f"{act.name}: bfloat16 tensors need ml_dtypes (pip install ml_dtypes)"
+        ) from None
     return np.dtype(ml_dtypes.bfloat16)
 
 
 def _out(act, out):
     if kind_of(out) in ("jax", "tracer"):
-        raise TypeError(f"{act.name}: out= is a JAX array, and JAX arrays are immutable; call "
-                        "without out= (the result is a new JAX array)")
+        raise TypeError(
+            f"{act.name}: out= is a JAX array, and JAX arrays are immutable; call "
+            "without out= (the result is a new JAX array)"
+        )
     return _numpy(act, "out", out)
 
 
@@ -155,7 +169,7 @@ def _aligned_empty(shape, dt):
     n = int(np.prod(shape)) * dt.itemsize
     buf = np.empty(n + 64, np.uint8)
     off = -buf.ctypes.data % 64
-    return buf[off:off + n].view(dt).reshape(shape)
+    return buf[off : off + n].view(dt).reshape(shape)
 
 
 def _jax_out(data, params):
@@ -164,8 +178,9 @@ def _jax_out(data, params):
     x = data[0]
     if type(x) is not np.ndarray or (x.dtype != F32 and x.dtype != F64):
         return None
-    if any(type(d) is not np.ndarray or d.dtype != x.dtype or d.shape != x.shape
-           for d in data[1:]) or any(np.ndim(v) for v in params.values()):
+    if any(
+        type(d) is not np.ndarray or d.dtype != x.dtype or d.shape != x.shape for d in data[1:]
+    ) or any(np.ndim(v) for v in params.values()):
         return None
     return _aligned_empty(x.shape, x.dtype)
 

@@ -5,6 +5,7 @@ Each sub-command is one module of this package (``info``, ``bench`` with ``bench
 imported (``iglu-np --help`` imports none of them, nor Numba, scikit-learn or
 matplotlib); each module exposes ``add_arguments(parser)`` and ``main(args) -> int``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,12 +18,24 @@ DESCRIPTION = "IGLU and the activation zoo as fast, accurate numpy ufuncs: comma
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "info": ("iglu_np.cli.info", "list the activations, their parameters, the usable backends and versions"),
+    "info": (
+        "iglu_np.cli.info",
+        "list the activations, their parameters, the usable backends and versions",
+    ),
     "bench": ("iglu_np.cli.bench", "measure the paper's speed table (Table 1) on this machine"),
     "train": ("iglu_np.cli.train", "train the numpy MLP on a dataset with any activation"),
-    "reproduce": ("iglu_np.cli.reproduce", "regenerate the paper's figures and tables into a report"),
-    "warmup": ("iglu_np.cli.warmup", "compile activations into the kernel cache ahead of their first call"),
-    "cache": ("iglu_np.cli.cache", "show where the compiled kernels are cached and their size, or clear them"),
+    "reproduce": (
+        "iglu_np.cli.reproduce",
+        "regenerate the paper's figures and tables into a report",
+    ),
+    "warmup": (
+        "iglu_np.cli.warmup",
+        "compile activations into the kernel cache ahead of their first call",
+    ),
+    "cache": (
+        "iglu_np.cli.cache",
+        "show where the compiled kernels are cached and their size, or clear them",
+    ),
 }
 
 EPILOG = """\
@@ -62,8 +75,12 @@ def _command(argv) -> str | None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="iglu-np", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="iglu-np",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _command(argv)
     mod = None
@@ -86,4 +103,3 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     return int(mod.main(args) or 0)
-

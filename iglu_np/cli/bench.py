@@ -22,6 +22,7 @@ its block, and the busy-machine guard's one-thread fallbacks during the run
 In Python, :func:`run` returns the data and :func:`markdown` formats it (``iglu-np
 reproduce`` uses both).
 """
+
 from __future__ import annotations
 
 import json
@@ -93,9 +94,14 @@ def quiet_check(data) -> dict:
     if load >= cores - 0.5:
         why.append(f"load average {load:.1f} on {cores} cores before the run")
     lims = {(lim["dtype"], lim["n"]): lim for lim in data["limits"]}
-    ratios = [r["rel_limit"] for r in data["rows"]
-              if r["activation"] == "identity" and r["pass"] == "fwd" and r["n"] >= 100_000
-              and (r["dtype"], r["n"]) in lims]
+    ratios = [
+        r["rel_limit"]
+        for r in data["rows"]
+        if r["activation"] == "identity"
+        and r["pass"] == "fwd"
+        and r["n"] >= 100_000
+        and (r["dtype"], r["n"]) in lims
+    ]
     ix = max(ratios) if ratios else None
     if ix is not None and ix > IDENTITY_MAX:
         why.append(f"identity at {ix:.2f}x the copy limit (> {IDENTITY_MAX})")
@@ -105,18 +111,32 @@ def quiet_check(data) -> dict:
     canary = data.get("canary")
     cr = max(canary) / min(canary) if canary and min(canary) > 0 else None
     if cr is not None and cr > CANARY_MAX:
-        why.append(f"the CPU's speed varied during the run (a fixed compute-bound call took "
-                   f"up to {cr:.2f}x its fastest time; > {CANARY_MAX})")
+        why.append(
+            f"the CPU's speed varied during the run (a fixed compute-bound call took "
+            f"up to {cr:.2f}x its fastest time; > {CANARY_MAX})"
+        )
     trips = data.get("guard_trips") or 0
     if trips:
-        why.append(f"threaded calls lost to one thread: the busy-machine guard ran kernels on "
-                   f"one thread for a while ({trips} time{'s' if trips > 1 else ''})")
+        why.append(
+            f"threaded calls lost to one thread: the busy-machine guard ran kernels on "
+            f"one thread for a while ({trips} time{'s' if trips > 1 else ''})"
+        )
     drift = max((d for d in map(_drift, data["limits"]) if d is not None), default=None)
     if drift is not None and drift > DRIFT_MAX:
-        why.append(f"the memory throughput varied during the run (a copy limit moved "
-                   f"{drift:.2f}x between its measurements; > {DRIFT_MAX})")
-    return {"quiet": not why, "why": why, "identity_x_limit": ix, "spread": spread, "load": load,
-            "canary": cr, "drift": drift, "guard_trips": trips}
+        why.append(
+            f"the memory throughput varied during the run (a copy limit moved "
+            f"{drift:.2f}x between its measurements; > {DRIFT_MAX})"
+        )
+    return {
+        "quiet": not why,
+        "why": why,
+        "identity_x_limit": ix,
+        "spread": spread,
+        "load": load,
+        "canary": cr,
+        "drift": drift,
+        "guard_trips": trips,
+    }
 
 
 def _drift(lim):
@@ -169,6 +189,7 @@ def machine_info() -> dict:
     import numba
 
     import iglu_np
+
     from ..backends.cpu import tiers
 
     info = {
@@ -219,8 +240,15 @@ def _threading_layer():
         return "not yet initialised"
 
 
-def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, torch=None,
-        progress=None) -> dict:
+def run(
+    names=None,
+    sizes=SIZES,
+    dtypes=("float32",),
+    repeats=7,
+    min_time=0.05,
+    torch=None,
+    progress=None,
+) -> dict:
     """Measure and return ``{"machine": ..., "rows": [...], "limits": [...]}``.
 
     Each row: activation, dtype, n, pass ("fwd"/"bwd"), seconds, ns_per_element,
@@ -237,8 +265,10 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     for n in names:
         a = iglu_np.get(n)  # KeyError naming the closest registered names
         if n not in acts:
-            raise KeyError(f"{n!r} is an alias of {a.spec.name!r}, which the benchmark times "
-                           "(it times each activation once, by its own name)")
+            raise KeyError(
+                f"{n!r} is an alias of {a.spec.name!r}, which the benchmark times "
+                "(it times each activation once, by its own name)"
+            )
     if "identity" in acts:  # first: the other rows are relative to it
         names = ["identity"] + [n for n in names if n != "identity"]
     th = None
@@ -269,10 +299,16 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             bx, bg, bo = _bits(x), _bits(g), _bits(o)
 
             def measure_limits():
-                return (min(_median_time(lambda: np.copyto(bo, bx), repeats, min_time),
-                            _median_time(lambda: pcopy(bx, bo), repeats, min_time)),
-                        min(_median_time(lambda: np.multiply(bx, bg, out=bo), repeats, min_time),
-                            _median_time(lambda: pmul(bx, bg, bo), repeats, min_time)))
+                return (
+                    min(
+                        _median_time(lambda: np.copyto(bo, bx), repeats, min_time),
+                        _median_time(lambda: pcopy(bx, bo), repeats, min_time),
+                    ),
+                    min(
+                        _median_time(lambda: np.multiply(bx, bg, out=bo), repeats, min_time),
+                        _median_time(lambda: pmul(bx, bg, bo), repeats, min_time),
+                    ),
+                )
 
             t_copy, t_two = measure_limits()
             first_row = len(rows)
@@ -293,13 +329,19 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
                 if th is not None:
                     torch_f, torch_b = _torch_times(th, name, tx, tg, to, repeats, min_time)
                 for ps, t, tt in (("fwd", tf, torch_f), ("bwd", tb, torch_b)):
-                    rows.append({
-                        "activation": name, "dtype": dts, "n": n, "pass": ps, "seconds": t,
-                        "ns_per_element": t / n * 1e9,
-                        "rel_identity": t / ident[ps] if ident else None,
-                        "torch_seconds": tt,
-                        "torch_rel": (tt / t) if tt else None,
-                    })
+                    rows.append(
+                        {
+                            "activation": name,
+                            "dtype": dts,
+                            "n": n,
+                            "pass": ps,
+                            "seconds": t,
+                            "ns_per_element": t / n * 1e9,
+                            "rel_identity": t / ident[ps] if ident else None,
+                            "torch_seconds": tt,
+                            "torch_rel": (tt / t) if tt else None,
+                        }
+                    )
                 canary.append(_canary_time(cc, cd))
                 done += 1
                 if progress:
@@ -307,9 +349,16 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
             # The limits again after the activations, keeping the faster: measured once,
             # they were sometimes slower than identity itself (a cold first measurement).
             t_copy2, t_two2 = measure_limits()
-            limits.append({"dtype": dts, "n": n, "copy": min(t_copy, t_copy2),
-                           "two_in_one_out": min(t_two, t_two2), "copy_runs": [t_copy, t_copy2],
-                           "two_in_one_out_runs": [t_two, t_two2]})
+            limits.append(
+                {
+                    "dtype": dts,
+                    "n": n,
+                    "copy": min(t_copy, t_copy2),
+                    "two_in_one_out": min(t_two, t_two2),
+                    "copy_runs": [t_copy, t_copy2],
+                    "two_in_one_out_runs": [t_two, t_two2],
+                }
+            )
             t_copy, t_two = limits[-1]["copy"], limits[-1]["two_in_one_out"]
             for r in rows[first_row:]:
                 r["rel_limit"] = r["seconds"] / (t_copy if r["pass"] == "fwd" else t_two)
@@ -317,9 +366,14 @@ def run(names=None, sizes=SIZES, dtypes=("float32",), repeats=7, min_time=0.05, 
     m["load_before"], m["load_after"] = load_before, _load()
     spreads = sorted(_SPREADS)
     # the 90th percentile of the measurements' spreads: one hiccup does not flag a run
-    data = {"machine": m, "rows": rows, "limits": limits,
-            "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
-            "canary": canary, "guard_trips": cpu_fast.guard_trips - trips0}
+    data = {
+        "machine": m,
+        "rows": rows,
+        "limits": limits,
+        "spread": spreads[int(0.9 * (len(spreads) - 1))] if spreads else None,
+        "canary": canary,
+        "guard_trips": cpu_fast.guard_trips - trips0,
+    }
     data["quiet"] = quiet_check(data)
     return data
 
@@ -338,6 +392,7 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
     F = th.nn.functional
     op = REGISTRY[name].torch  # the spec's torch equivalent: a torch.nn.functional name,
     if callable(op):  # or an expression in torch operations
+
         def fn(t):
             return op(th, t)
 
@@ -348,14 +403,18 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
         aten = getattr(th.ops.aten, op, None)
         outv = getattr(aten, "out", None) if aten is not None else None
         if outv is not None:
+
             def fwd():
                 return outv(tx, out=to)
+
             try:
                 fwd()
             except Exception:
+
                 def fwd():
                     return fn(tx)
         else:
+
             def fwd():
                 return fn(tx)
     else:
@@ -368,6 +427,7 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
         y = fn(xr)
         y.backward(tg)
         xr.grad = None
+
     tb = _median_time(fb, repeats, min_time)
     return tf, tb
 
@@ -386,32 +446,46 @@ def markdown(data, heading: bool = True) -> str:
         "",
         "Times are medians; `rel id.` is relative to identity (the paper's Table 1), `× limit` "
         "to the memory limit (copy for fwd, x*g->out on all threads for bwd)"
-        + ("; `torch/ours` > 1 means we are faster (torch bwd = autograd forward+backward)."
-           if has_torch else "."),
+        + (
+            "; `torch/ours` > 1 means we are faster (torch bwd = autograd forward+backward)."
+            if has_torch
+            else "."
+        ),
         "",
     ]
     q = data.get("quiet") or quiet_check(data)
     if q["quiet"]:
-        lines.append(f"Machine quiet: load {q['load']:.1f}, identity at "
-                     + (f"{q['identity_x_limit']:.2f}x" if q["identity_x_limit"] else "-")
-                     + " the copy limit, repeats within "
-                     + (f"{q['spread']:.2f}x" if q["spread"] else "-")
-                     + (f", CPU speed steady within {q['canary']:.2f}x" if q.get("canary") else "")
-                     + (f", copy limits within {q['drift']:.2f}x" if q.get("drift") else "")
-                     + ".")
+        lines.append(
+            f"Machine quiet: load {q['load']:.1f}, identity at "
+            + (f"{q['identity_x_limit']:.2f}x" if q["identity_x_limit"] else "-")
+            + " the copy limit, repeats within "
+            + (f"{q['spread']:.2f}x" if q["spread"] else "-")
+            + (f", CPU speed steady within {q['canary']:.2f}x" if q.get("canary") else "")
+            + (f", copy limits within {q['drift']:.2f}x" if q.get("drift") else "")
+            + "."
+        )
     else:
-        lines.append("**Machine not quiet: " + "; ".join(q["why"]) + ". These figures "
-                     "measure the machine's load as much as the code: rerun on an idle machine.**")
+        lines.append(
+            "**Machine not quiet: " + "; ".join(q["why"]) + ". These figures "
+            "measure the machine's load as much as the code: rerun on an idle machine.**"
+        )
     lines.append("")
     for lim in data["limits"]:
-        lines.append(f"- {lim['dtype']} n={lim['n']}: copy limit "
-                     f"{lim['copy'] / lim['n'] * 1e9:.3f} ns/el, two-in-one-out "
-                     f"{lim['two_in_one_out'] / lim['n'] * 1e9:.3f} ns/el")
+        lines.append(
+            f"- {lim['dtype']} n={lim['n']}: copy limit "
+            f"{lim['copy'] / lim['n'] * 1e9:.3f} ns/el, two-in-one-out "
+            f"{lim['two_in_one_out'] / lim['n'] * 1e9:.3f} ns/el"
+        )
     lines.append("")
     keys = sorted({(r["dtype"], r["n"]) for r in data["rows"]}, key=lambda k: (k[0], k[1]))
-    hdr = "| activation | pass | " + " | ".join(
-        f"{dt} n={n}: rel id. / ns/el / × limit" + (" / torch/ours" if has_torch else "")
-        for dt, n in keys) + " |"
+    hdr = (
+        "| activation | pass | "
+        + " | ".join(
+            f"{dt} n={n}: rel id. / ns/el / × limit" + (" / torch/ours" if has_torch else "")
+            for dt, n in keys
+        )
+        + " |"
+    )
     lines.append(hdr)
     lines.append("|---|---|" + "---|" * len(keys))
     by = {}
@@ -426,38 +500,71 @@ def markdown(data, heading: bool = True) -> str:
                 continue
             rid = f"{r['rel_identity']:.2f}" if r["rel_identity"] else "-"
             tr = f"{r['torch_rel']:.2f}" if r["torch_rel"] else "-"
-            cells.append(f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f}"
-                         + (f" / {tr}" if has_torch else ""))
+            cells.append(
+                f"{rid} / {r['ns_per_element']:.3f} / {r['rel_limit']:.2f}"
+                + (f" / {tr}" if has_torch else "")
+            )
         lines.append(f"| {name} | {ps} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def add_arguments(parser):
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="activations to measure (default: all; 'iglu-np info' lists them)")
-    parser.add_argument("--quick", action="store_true",
-                        help="sizes 10,000 and 1,000,000 only and 3 repeats")
-    parser.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")],
-                        metavar="N,N,...",
-                        help="comma-separated array sizes, 1e6 notation allowed "
-                             "(default: 10000,1000000,16777216)")
-    parser.add_argument("--dtype", default="float32", metavar="DTYPES",
-                        help="float32, float64, bfloat16 (needs ml_dtypes) or several "
-                             "comma-separated (default: float32); --device gpu also takes float16")
-    parser.add_argument("--repeats", type=int, default=None, metavar="N",
-                        help="timed calls per measurement, of which the median is reported "
-                             "(default: 7, or 3 with --quick; fast calls are repeated for at least "
-                             "0.1 s, up to 10 times as many)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the raw measurements as JSON instead of the Markdown table")
-    parser.add_argument("--no-torch", action="store_true",
-                        help="skip the torch comparison even when torch is installed")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                        help="cpu (default): the Numba ufuncs against the CPU's copy limit and "
-                             "torch; gpu: the CuPy and Numba CUDA kernels against the GPU's copy "
-                             "limit, cupy.negative, torch and JAX (needs cupy and a GPU)")
-    parser.add_argument("--gpu-size", type=lambda s: int(float(s)), default=2**26, metavar="N",
-                        help="elements per array for --device gpu (default: 2**26)")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="activations to measure (default: all; 'iglu-np info' lists them)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="sizes 10,000 and 1,000,000 only and 3 repeats"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(float(v)) for v in s.split(",")],
+        metavar="N,N,...",
+        help="comma-separated array sizes, 1e6 notation allowed (default: 10000,1000000,16777216)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        metavar="DTYPES",
+        help="float32, float64, bfloat16 (needs ml_dtypes) or several "
+        "comma-separated (default: float32); --device gpu also takes float16",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed calls per measurement, of which the median is reported "
+        "(default: 7, or 3 with --quick; fast calls are repeated for at least "
+        "0.1 s, up to 10 times as many)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the raw measurements as JSON instead of the Markdown table",
+    )
+    parser.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="skip the torch comparison even when torch is installed",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="cpu (default): the Numba ufuncs against the CPU's copy limit and "
+        "torch; gpu: the CuPy and Numba CUDA kernels against the GPU's copy "
+        "limit, cupy.negative, torch and JAX (needs cupy and a GPU)",
+    )
+    parser.add_argument(
+        "--gpu-size",
+        type=lambda s: int(float(s)),
+        default=2**26,
+        metavar="N",
+        help="elements per array for --device gpu (default: 2**26)",
+    )
 
 
 def main(args) -> int:
@@ -488,18 +595,29 @@ def main(args) -> int:
             return 2
     for dt in dtypes:
         if dt not in DTYPES:
-            print(f"iglu-np bench: --dtype {dt!r}: expected {', '.join(DTYPES)} or several "
-                  "comma-separated", file=sys.stderr)
+            print(
+                f"iglu-np bench: --dtype {dt!r}: expected {', '.join(DTYPES)} or several "
+                "comma-separated",
+                file=sys.stderr,
+            )
             return 2
         if dt == "bfloat16":
             try:
                 _dtype(dt)
             except ImportError:
-                print("iglu-np bench: --dtype bfloat16 needs ml_dtypes "
-                      "(pip install 'iglu-np[bf16]')", file=sys.stderr)
+                print(
+                    "iglu-np bench: --dtype bfloat16 needs ml_dtypes (pip install 'iglu-np[bf16]')",
+                    file=sys.stderr,
+                )
                 return 2
-    data = run(args.names or None, sizes=sizes, dtypes=dtypes, repeats=repeats,
-               min_time=0.02 if args.quick else 0.1, torch=False if args.no_torch else None,
-               progress=progress)
+    data = run(
+        args.names or None,
+        sizes=sizes,
+        dtypes=dtypes,
+        repeats=repeats,
+        min_time=0.02 if args.quick else 0.1,
+        torch=False if args.no_torch else None,
+        progress=progress,
+    )
     print(json.dumps(data, indent=1) if args.json else markdown(data))
     return 0

@@ -24,6 +24,7 @@ included, the device synchronised once at the end) at 1,024 and 65,536 float32 e
 ``silu``, and iglu_np on a torch CUDA tensor. Nothing here runs without cupy and a GPU:
 :func:`run` raises a RuntimeError that says why.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,9 @@ def _cupy():
     try:
         import cupy
     except ImportError:
-        raise RuntimeError("the GPU benchmark needs cupy: pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout") from None
+        raise RuntimeError(
+            "the GPU benchmark needs cupy: pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout"
+        ) from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver
@@ -89,6 +92,7 @@ def wall_time(cupy, fn, calls=2000, rounds=1) -> float:
     rounds of ``calls`` back-to-back calls, the device synchronised (every stream, so
     torch's and JAX's work too) before and after each round; a result with
     ``block_until_ready`` (JAX's asynchronous dispatch) is waited for first."""
+
     def sync(r):
         wait = getattr(r, "block_until_ready", None)
         if wait is not None:
@@ -106,8 +110,9 @@ def wall_time(cupy, fn, calls=2000, rounds=1) -> float:
     return best
 
 
-def per_call(cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NAMES,
-             calls=2000) -> list:
+def per_call(
+    cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NAMES, calls=2000
+) -> list:
     """Wall-time rows (microseconds per call, best of 3 rounds) at each size, float32:
     ``{"n", "name", "ours_us", "ours_out_us", "torch_us", "jax_us", "ours_torch_us"}`` per
     activation (``torch_*``/``jax_*`` where installed and the library has the function)
@@ -116,6 +121,7 @@ def per_call(cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NA
     import functools
 
     import iglu_np
+
     from ..backends.cuda import _interop
 
     def us(fn):
@@ -125,14 +131,24 @@ def per_call(cupy, torch=None, jax=None, sizes=PER_CALL_SIZES, names=PER_CALL_NA
     for n in sizes:
         x = cupy.linspace(-5.0, 5.0, n, dtype=np.float32)
         o = cupy.empty_like(x)
-        rows.append({"n": n, "name": "(cupy.negative)", "ours_us": us(lambda: cupy.negative(x)),
-                     "ours_out_us": us(lambda: cupy.negative(x, out=o))})
+        rows.append(
+            {
+                "n": n,
+                "name": "(cupy.negative)",
+                "ours_us": us(lambda: cupy.negative(x)),
+                "ours_out_us": us(lambda: cupy.negative(x, out=o)),
+            }
+        )
         tx = _interop.to_torch(x) if torch is not None else None
         jx = _interop.to_jax(x) if jax is not None else None
         for name in names:
             act = iglu_np.get(name)
-            row = {"n": n, "name": name, "ours_us": us(lambda: act(x)),
-                   "ours_out_us": us(lambda: act(x, out=o))}
+            row = {
+                "n": n,
+                "name": name,
+                "ours_us": us(lambda: act(x)),
+                "ours_out_us": us(lambda: act(x, out=o)),
+            }
             tname, jname = act.spec.torch, act.spec.jax
             if tx is not None:
                 row["ours_torch_us"] = us(lambda: act(tx))  # a torch CUDA tensor in, one out
@@ -198,6 +214,7 @@ def _two_in_one(cupy):
 
 def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, progress=None) -> dict:
     import iglu_np
+
     from ..backends.cuda import _interop, numba_cuda
 
     cupy = _cupy()
@@ -209,8 +226,11 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
     data = {
         "device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-        "cupy": cupy.__version__, "size": size, "numba_cuda": nc_why,
-        "torch": getattr(torch, "__version__", None), "jax": getattr(jax, "__version__", None),
+        "cupy": cupy.__version__,
+        "size": size,
+        "numba_cuda": nc_why,
+        "torch": getattr(torch, "__version__", None),
+        "jax": getattr(jax, "__version__", None),
         "rows": [],
     }
     two_in_one = _two_in_one(cupy)
@@ -224,7 +244,9 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
         o = cupy.empty_like(x)
         copy = event_time(cupy, lambda: cupy.copyto(o, x), repeats)
         mul = event_time(cupy, lambda: two_in_one(x, g, o), repeats)
-        data["rows"].append({"dtype": dt, "name": "(copy limit)", "fwd_ms": copy * 1e3, "bwd_ms": mul * 1e3})
+        data["rows"].append(
+            {"dtype": dt, "name": "(copy limit)", "fwd_ms": copy * 1e3, "bwd_ms": mul * 1e3}
+        )
         try:
             neg = event_time(cupy, lambda: cupy.negative(x, out=o), repeats)
         except (TypeError, NotImplementedError):  # a CuPy without this dtype's loop: no row
@@ -238,11 +260,19 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
             act = iglu_np.get(name)
             row = {"dtype": dt, "name": name}
             row["fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="cupy"), repeats) * 1e3
-            row["bwd_ms"] = event_time(cupy, lambda: act.backward(x, g, out=o, backend="cupy"), repeats) * 1e3
+            row["bwd_ms"] = (
+                event_time(cupy, lambda: act.backward(x, g, out=o, backend="cupy"), repeats) * 1e3
+            )
             if nc_ok and dt != "bfloat16":  # the Numba CUDA backend refuses bfloat16
-                row["numba_fwd_ms"] = event_time(cupy, lambda: act(x, out=o, backend="numba_cuda"), repeats) * 1e3
-                row["numba_bwd_ms"] = event_time(
-                    cupy, lambda: act.backward(x, g, out=o, backend="numba_cuda"), repeats) * 1e3
+                row["numba_fwd_ms"] = (
+                    event_time(cupy, lambda: act(x, out=o, backend="numba_cuda"), repeats) * 1e3
+                )
+                row["numba_bwd_ms"] = (
+                    event_time(
+                        cupy, lambda: act.backward(x, g, out=o, backend="numba_cuda"), repeats
+                    )
+                    * 1e3
+                )
             # the spec's torch.nn.functional / jax.nn names (same function and conventions)
             tname, jname = act.spec.torch, act.spec.jax
             if torch is not None and isinstance(tname, str) and tname:
@@ -251,7 +281,9 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
             if jax is not None and jname:
                 jf = jax.jit(getattr(jax.nn, jname, None) or getattr(jax.numpy, jname))
                 jx = _interop.to_jax(x)
-                row["jax_fwd_ms"] = event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
+                row["jax_fwd_ms"] = (
+                    event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
+                )
             data["rows"].append(row)
             done += 1
             if progress:
@@ -260,14 +292,25 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
     if nc_ok:
         xs = cupy.ones(SMALL, np.float32)
         os_ = cupy.empty_like(xs)
-        data["numba_iglu_us"] = wall_time(
-            cupy, lambda: iglu_np.iglu(xs, out=os_, backend="numba_cuda"), calls=300) * 1e6
+        data["numba_iglu_us"] = (
+            wall_time(cupy, lambda: iglu_np.iglu(xs, out=os_, backend="numba_cuda"), calls=300)
+            * 1e6
+        )
     data["trainer"] = trainer_epochs(cupy, torch)
     return data
 
 
-def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), classes=10,
-                   batch=512, epochs=3, activation="gelu") -> dict:
+def trainer_epochs(
+    cupy,
+    torch=None,
+    n=65536,
+    features=64,
+    hidden=(256, 256),
+    classes=10,
+    batch=512,
+    epochs=3,
+    activation="gelu",
+) -> dict:
     """Seconds per epoch of :class:`iglu_np.nn.MLPClassifier` fitted on CuPy arrays (Adam,
     no L2 term, no early stopping) and of the same model in torch on the same GPU
     (``nn.Linear`` layers, ``nn.GELU()`` for gelu, Adam, cross-entropy, a device shuffle
@@ -281,12 +324,26 @@ def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), cl
     X = rng.standard_normal((n, features), dtype=np.float32)
     y = np.random.default_rng(0).integers(0, classes, n)
     steps = -(-n // batch)
-    out = {"n": n, "features": features, "hidden": list(hidden), "classes": classes, "batch": batch,
-           "activation": activation, "steps_per_epoch": steps}
+    out = {
+        "n": n,
+        "features": features,
+        "hidden": list(hidden),
+        "classes": classes,
+        "batch": batch,
+        "activation": activation,
+        "steps_per_epoch": steps,
+    }
 
     def fit(k):
-        clf = MLPClassifier(hidden, activation=activation, batch_size=batch, max_iter=k, alpha=0.0,
-                            n_iter_no_change=10**9, random_state=0)
+        clf = MLPClassifier(
+            hidden,
+            activation=activation,
+            batch_size=batch,
+            max_iter=k,
+            alpha=0.0,
+            n_iter_no_change=10**9,
+            random_state=0,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ConvergenceWarning: a fixed number of epochs
             clf.fit(X, y)
@@ -297,9 +354,11 @@ def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), cl
     fit(epochs)
     cupy.cuda.Stream.null.synchronize()
     out["iglu_np_epoch_s"] = (time.perf_counter() - t) / epochs
-    summary = (f"Trainer: MLPClassifier {features}-{'-'.join(map(str, hidden))}-{classes} ({activation}, "
-               f"Adam, batch {batch}, {n:,} samples, {steps} steps) on CuPy: "
-               f"{out['iglu_np_epoch_s'] * 1e3:.1f} ms per epoch")
+    summary = (
+        f"Trainer: MLPClassifier {features}-{'-'.join(map(str, hidden))}-{classes} ({activation}, "
+        f"Adam, batch {batch}, {n:,} samples, {steps} steps) on CuPy: "
+        f"{out['iglu_np_epoch_s'] * 1e3:.1f} ms per epoch"
+    )
     act = {"gelu": "GELU", "silu": "SiLU", "relu": "ReLU", "mish": "Mish"}.get(activation)
     if torch is not None and act is not None:
         nn = torch.nn
@@ -317,7 +376,7 @@ def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), cl
                 perm = torch.randperm(n, device="cuda")
                 total = torch.zeros((), device="cuda")
                 for s in range(0, n, batch):
-                    sel = perm[s:s + batch]
+                    sel = perm[s : s + batch]
                     loss = nn.functional.cross_entropy(model(tx[sel]), ty[sel])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -331,19 +390,30 @@ def trainer_epochs(cupy, torch=None, n=65536, features=64, hidden=(256, 256), cl
         torch_epochs(epochs)
         torch.cuda.synchronize()
         out["torch_epoch_s"] = (time.perf_counter() - t) / epochs
-        summary += (f"; torch {torch.__version__} {out['torch_epoch_s'] * 1e3:.1f} ms "
-                    f"({out['iglu_np_epoch_s'] / out['torch_epoch_s']:.2f}x)")
+        summary += (
+            f"; torch {torch.__version__} {out['torch_epoch_s'] * 1e3:.1f} ms "
+            f"({out['iglu_np_epoch_s'] / out['torch_epoch_s']:.2f}x)"
+        )
     out["summary"] = summary + "."
     return out
 
 
 def markdown(data) -> str:
-    lines = [f"GPU: {data['device']} (cupy {data['cupy']}; numba_cuda: {data['numba_cuda']}; "
-             f"torch {data['torch']}; jax {data['jax']}), {data['size']:,} elements, "
-             "CUDA-event medians in ms; ratios to the copy limit (fwd) and to reading x and g and "
-             "writing o with 16-byte vectors (bwd).", ""]
-    cols = [("fwd_ms", "fwd"), ("bwd_ms", "bwd"), ("numba_fwd_ms", "numba fwd"),
-            ("numba_bwd_ms", "numba bwd"), ("torch_fwd_ms", "torch fwd"), ("jax_fwd_ms", "jax fwd")]
+    lines = [
+        f"GPU: {data['device']} (cupy {data['cupy']}; numba_cuda: {data['numba_cuda']}; "
+        f"torch {data['torch']}; jax {data['jax']}), {data['size']:,} elements, "
+        "CUDA-event medians in ms; ratios to the copy limit (fwd) and to reading x and g and "
+        "writing o with 16-byte vectors (bwd).",
+        "",
+    ]
+    cols = [
+        ("fwd_ms", "fwd"),
+        ("bwd_ms", "bwd"),
+        ("numba_fwd_ms", "numba fwd"),
+        ("numba_bwd_ms", "numba bwd"),
+        ("torch_fwd_ms", "torch fwd"),
+        ("jax_fwd_ms", "jax fwd"),
+    ]
     cols = [c for c in cols if any(c[0] in r for r in data["rows"])]
     lines.append("| dtype | activation | " + " | ".join(h for _, h in cols) + " |")
     lines.append("|---|---|" + "---|" * len(cols))
@@ -360,16 +430,25 @@ def markdown(data) -> str:
                 cells.append("")
                 continue
             ref = lb if "bwd" in k else lf
-            cells.append(f"{v:.3f}" + (f" ({v / ref:.2f}x)" if ref and r["name"] != "(copy limit)" else ""))
+            cells.append(
+                f"{v:.3f}" + (f" ({v / ref:.2f}x)" if ref and r["name"] != "(copy limit)" else "")
+            )
         lines.append(f"| {r['dtype']} | {r['name']} | " + " | ".join(cells) + " |")
     if data.get("per_call"):
         lines += ["", per_call_markdown(data["per_call"], data.get("numba_iglu_us"))]
     s = data.get("small")  # reports written before the per-call table
     if s:
-        lines += ["", f"Per call at {SMALL} elements (wall): iglu {s['iglu_us']:.1f} us, "
-                  f"cupy.negative {s['cupy_negative_us']:.1f} us "
-                  f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)"
-                  + (f"; Numba CUDA backend iglu {s['numba_iglu_us']:.1f} us." if "numba_iglu_us" in s else ".")]
+        lines += [
+            "",
+            f"Per call at {SMALL} elements (wall): iglu {s['iglu_us']:.1f} us, "
+            f"cupy.negative {s['cupy_negative_us']:.1f} us "
+            f"({s['iglu_us'] / s['cupy_negative_us']:.2f}x)"
+            + (
+                f"; Numba CUDA backend iglu {s['numba_iglu_us']:.1f} us."
+                if "numba_iglu_us" in s
+                else "."
+            ),
+        ]
     if data.get("trainer"):
         lines += ["", data["trainer"]["summary"]]
     return "\n".join(lines)
@@ -379,11 +458,15 @@ def per_call_markdown(rows, numba_iglu_us=None) -> str:
     """The per-call table: microseconds per call (wall, float32) and ours against
     ``cupy.negative`` (like for like: a new result, or ``out=``), torch eager and JAX jit."""
     neg = {r["n"]: r for r in rows if r["name"] == "(cupy.negative)"}
-    lines = ["Per call (wall time, us, float32; best of 3 rounds of back-to-back calls, the "
-             "device synchronised at the end). ours: on CuPy arrays; x neg: ours over "
-             "cupy.negative in the same form; torch in: ours on the torch tensor.", "",
-             "| n | function | ours | ours out= | x neg | x neg (out=) | torch | ours / torch "
-             "| jax jit | ours / jax | torch in |", "|---|---|" + "---|" * 9]
+    lines = [
+        "Per call (wall time, us, float32; best of 3 rounds of back-to-back calls, the "
+        "device synchronised at the end). ours: on CuPy arrays; x neg: ours over "
+        "cupy.negative in the same form; torch in: ours on the torch tensor.",
+        "",
+        "| n | function | ours | ours out= | x neg | x neg (out=) | torch | ours / torch "
+        "| jax jit | ours / jax | torch in |",
+        "|---|---|" + "---|" * 9,
+    ]
 
     def f(v):
         return "" if v is None else f"{v:.1f}"
@@ -395,13 +478,25 @@ def per_call_markdown(rows, numba_iglu_us=None) -> str:
         ng = neg.get(r["n"], {})
         own = r["name"] != "(cupy.negative)"
         t, j = r.get("torch_us"), r.get("jax_us")
-        cells = [f"{r['n']:,}", r["name"], f(r["ours_us"]), f(r["ours_out_us"]),
-                 ratio(r["ours_us"], ng.get("ours_us")) if own else "",
-                 ratio(r["ours_out_us"], ng.get("ours_out_us")) if own else "",
-                 f(t), ratio(r["ours_us"], t), f(j), ratio(r["ours_us"], j), f(r.get("ours_torch_us"))]
+        cells = [
+            f"{r['n']:,}",
+            r["name"],
+            f(r["ours_us"]),
+            f(r["ours_out_us"]),
+            ratio(r["ours_us"], ng.get("ours_us")) if own else "",
+            ratio(r["ours_out_us"], ng.get("ours_out_us")) if own else "",
+            f(t),
+            ratio(r["ours_us"], t),
+            f(j),
+            ratio(r["ours_us"], j),
+            f(r.get("ours_torch_us")),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     if numba_iglu_us is not None:
-        lines += ["", f"Numba CUDA backend, iglu(x, out=y) at {SMALL:,} elements: {numba_iglu_us:.1f} us per call."]
+        lines += [
+            "",
+            f"Numba CUDA backend, iglu(x, out=y) at {SMALL:,} elements: {numba_iglu_us:.1f} us per call.",
+        ]
     return "\n".join(lines)
 
 
@@ -416,9 +511,14 @@ def main(args) -> int:
         print(f"iglu-np bench --device gpu: {e}", file=sys.stderr)
         return 2
     try:
-        data = run(args.names or None, size=args.gpu_size, dtypes=dtypes,
-                   repeats=args.repeats or 15, peers=not args.no_torch,
-                   progress=lambda d, t, label: print(f"[{d}/{t}] {label}", file=sys.stderr))
+        data = run(
+            args.names or None,
+            size=args.gpu_size,
+            dtypes=dtypes,
+            repeats=args.repeats or 15,
+            peers=not args.no_torch,
+            progress=lambda d, t, label: print(f"[{d}/{t}] {label}", file=sys.stderr),
+        )
     except RuntimeError as e:
         print(f"iglu-np bench --device gpu: {e}", file=sys.stderr)
         return 2

@@ -12,14 +12,18 @@ Examples::
     iglu-np cache            the directory, its size and file count
     iglu-np cache --clear    delete every compiled kernel
 """
+
 from __future__ import annotations
 
 import sys
 
 
 def add_arguments(p):
-    p.add_argument("--clear", action="store_true",
-                   help="delete the cached kernels (compiled again on next use)")
+    p.add_argument(
+        "--clear",
+        action="store_true",
+        help="delete the cached kernels (compiled again on next use)",
+    )
     p.add_argument("--json", action="store_true", help="print the same information as JSON")
 
 
@@ -29,14 +33,21 @@ def describe() -> dict:
 
     root = cpu.cache_root()
     size, files = cpu.cache_size(root)
-    return {"directory": str(root), "bytes": size, "files": files,
-            "writable": bool(cpu._state.get("writable", True)), "clear": "iglu-np cache --clear"}
+    return {
+        "directory": str(root),
+        "bytes": size,
+        "files": files,
+        "writable": bool(cpu._state.get("writable", True)),
+        "clear": "iglu-np cache --clear",
+    }
 
 
 def text(d: dict) -> str:
     ro = "" if d["writable"] else " (read-only: used as it is, nothing is saved there)"
-    return (f"{d['directory']}{ro}\n{d['bytes'] / 2**20:.1f} MiB in {d['files']} files; "
-            f"delete with '{d['clear']}'")
+    return (
+        f"{d['directory']}{ro}\n{d['bytes'] / 2**20:.1f} MiB in {d['files']} files; "
+        f"delete with '{d['clear']}'"
+    )
 
 
 def main(args) -> int:
@@ -54,8 +65,10 @@ def main(args) -> int:
         try:
             size, files = cpu.clear_cache(Path(d["directory"]))
         except OSError as e:
-            print(f"iglu-np cache: could not delete everything in {d['directory']}: {e}",
-                  file=sys.stderr)
+            print(
+                f"iglu-np cache: could not delete everything in {d['directory']}: {e}",
+                file=sys.stderr,
+            )
             return 1
         d = {**d, "deleted_bytes": size, "deleted_files": files, "bytes": 0, "files": 0}
         if not args.json:

@@ -1,5 +1,6 @@
 """``iglu-np info``: activations, parameters, available backends, versions and the kernel
 cache (its directory, size, and how to clear it)."""
+
 from __future__ import annotations
 
 import importlib
@@ -27,7 +28,17 @@ def backend_status() -> dict:
 
 def versions() -> dict:
     v = {"python": platform.python_version()}
-    for m in ("iglu_np", "numpy", "scipy", "numba", "llvmlite", "numba_cuda", "numba_cuda_mlir", "cupy", "dask"):
+    for m in (
+        "iglu_np",
+        "numpy",
+        "scipy",
+        "numba",
+        "llvmlite",
+        "numba_cuda",
+        "numba_cuda_mlir",
+        "cupy",
+        "dask",
+    ):
         try:
             v[m] = importlib.import_module(m).__version__
         except Exception:

@@ -8,6 +8,7 @@ digits) and the tail index of trained networks' pre-activations. Everything in t
 is measured or computed in the run that writes it; nothing is copied from the paper. Each
 step prints a line with the elapsed time when it starts, long steps their progress.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,10 @@ def parse_skip(text: str) -> set:
     names = {s.strip() for s in text.split(",") if s.strip()}
     bad = sorted(names - set(SECTIONS))
     if bad:
-        raise ValueError(f"unknown section{'s' if len(bad) > 1 else ''} "
-                         f"{', '.join(map(repr, bad))}; choose from {', '.join(SECTIONS)}")
+        raise ValueError(
+            f"unknown section{'s' if len(bad) > 1 else ''} "
+            f"{', '.join(map(repr, bad))}; choose from {', '.join(SECTIONS)}"
+        )
     return names
 
 
@@ -50,16 +53,28 @@ def _skip_arg(text: str) -> str:
 def add_arguments(p):
     from .bench import QUICK_SIZES, SIZES
 
-    p.add_argument("--quick", action="store_true",
-                   help=f"the paper's {len(PAPER_TABLE)} speed-table rows at {len(QUICK_SIZES)} "
-                        "sizes, Table 4 with 2 seeds x 40 epochs (without it: every activation "
-                        f"at {len(SIZES)} sizes, 5 seeds x 120 epochs); each step prints its "
-                        "elapsed time")
-    p.add_argument("--out", default="reproduce_out", metavar="DIR",
-                   help="output directory, created if needed (default: %(default)s)")
-    p.add_argument("--skip", default="", metavar="SECTIONS", type=_skip_arg,
-                   help="comma-separated sections to leave out: speed (Table 1), table4, "
-                        "tails (tail index); the figures are always made")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"the paper's {len(PAPER_TABLE)} speed-table rows at {len(QUICK_SIZES)} "
+        "sizes, Table 4 with 2 seeds x 40 epochs (without it: every activation "
+        f"at {len(SIZES)} sizes, 5 seeds x 120 epochs); each step prints its "
+        "elapsed time",
+    )
+    p.add_argument(
+        "--out",
+        default="reproduce_out",
+        metavar="DIR",
+        help="output directory, created if needed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--skip",
+        default="",
+        metavar="SECTIONS",
+        type=_skip_arg,
+        help="comma-separated sections to leave out: speed (Table 1), table4, "
+        "tails (tail index); the figures are always made",
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -99,8 +114,13 @@ def figure_shapes(out: Path) -> str:
     plt = _plt()
     x = np.linspace(-5, 3, 801)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, label in [("relu", "ReLU"), ("gelu", "GELU"), ("silu", "SiLU"),
-                        ("iglu", "IGLU (σ=1)"), ("iglu_approx", "IGLU-Approx (σ=1)")]:
+    for name, label in [
+        ("relu", "ReLU"),
+        ("gelu", "GELU"),
+        ("silu", "SiLU"),
+        ("iglu", "IGLU (σ=1)"),
+        ("iglu_approx", "IGLU-Approx (σ=1)"),
+    ]:
         a = _act(name)
         if a is not None:
             axes[0].plot(x, a(x), label=label)
@@ -171,11 +191,21 @@ def figure_gap(out: Path):
     # arrow crosses no curve; the legend, in one row, in the strip on the other side.
     up = ymax > 0
     side = 1 if up else -1
-    ax.annotate(f"max |Z − Z_a| = {gmax:.5f} at σx = ±{abs(xmax):.3f} (σ = 1)", (xmax, ymax),
-                xytext=(xmax, side * 1.45 * gmax), ha="center", va="center", fontsize=9,
-                arrowprops=dict(arrowstyle="->", lw=0.8))
-    ax.set(title="Z(x; σ) − Z_approx(x; σ)", xlabel="x", ylabel="Z − Z_approx",
-           ylim=(-2 * gmax, 2 * gmax))
+    ax.annotate(
+        f"max |Z − Z_a| = {gmax:.5f} at σx = ±{abs(xmax):.3f} (σ = 1)",
+        (xmax, ymax),
+        xytext=(xmax, side * 1.45 * gmax),
+        ha="center",
+        va="center",
+        fontsize=9,
+        arrowprops=dict(arrowstyle="->", lw=0.8),
+    )
+    ax.set(
+        title="Z(x; σ) − Z_approx(x; σ)",
+        xlabel="x",
+        ylabel="Z − Z_approx",
+        ylim=(-2 * gmax, 2 * gmax),
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="lower center" if up else "upper center", ncol=3, fontsize=9)
     p = out / "fig3_gate_gap.png"
@@ -196,8 +226,11 @@ def atan_float32(t):
     import math
 
     t = np.asarray(t, np.float32)
-    return np.array([math.atan(v) for v in t.astype(np.float64).ravel()],
-                    np.float64).astype(np.float32).reshape(t.shape)
+    return (
+        np.array([math.atan(v) for v in t.astype(np.float64).ravel()], np.float64)
+        .astype(np.float32)
+        .reshape(t.shape)
+    )
 
 
 def naive_iglu_dx_float32(x, sigma=1.0, atan=atan_float32):
@@ -244,8 +277,9 @@ def figure_tails(out: Path) -> dict:
             gz = g(x) / x
         ax.loglog(mags, np.where(gz > 0, gz, np.nan), "C3--", label="GELU gate Φ(−|x|)")
         ax.loglog(mags, np.where(gv > 0, gv, np.nan), "C3-", label="|GELU ∂f/∂x| at −|x|")
-    ax.set(title="Negative tails (float64)", xlabel="|x|", ylabel="value at x = −|x|",
-           ylim=(floor, 3))
+    ax.set(
+        title="Negative tails (float64)", xlabel="|x|", ylabel="value at x = −|x|", ylim=(floor, 3)
+    )
     ax.grid(alpha=0.3, which="major")
     ax.legend(fontsize=8, loc="lower right")
 
@@ -263,8 +297,11 @@ def figure_tails(out: Path) -> dict:
     zero = naive == 0
     if zero.any():
         ax.loglog(-x32[zero], np.full(zero.sum(), 1e-16), "C4|", ms=6, label="naive float32 == 0")
-    ax.set(title="IGLU gradient in the negative tail, float32", xlabel="|x|",
-           ylabel="∂IGLU/∂x at x = −|x|")
+    ax.set(
+        title="IGLU gradient in the negative tail, float32",
+        xlabel="|x|",
+        ylabel="∂IGLU/∂x at x = −|x|",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     p = out / "fig4_tails.png"
@@ -291,13 +328,30 @@ def figure_tails(out: Path) -> dict:
 
 # --------------------------------------------------------------------------- tables
 # The paper's Table 1 rows; --quick measures only these, the full run every activation.
-PAPER_TABLE = ("identity", "relu", "gelu", "gelu_tanh", "silu", "mish", "elu", "celu", "selu",
-               "softplus", "hardswish", "hardsigmoid", "sigmoid", "tanh", "iglu", "iglu_approx")
+PAPER_TABLE = (
+    "identity",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "mish",
+    "elu",
+    "celu",
+    "selu",
+    "softplus",
+    "hardswish",
+    "hardsigmoid",
+    "sigmoid",
+    "tanh",
+    "iglu",
+    "iglu_approx",
+)
 
 
 def speed_section(quick: bool) -> str:
-    from . import bench
     import iglu_np
+
+    from . import bench
 
     names = [n for n in PAPER_TABLE if n in iglu_np.ACTIVATIONS] if quick else None
     sizes = bench.QUICK_SIZES if quick else bench.SIZES
@@ -310,8 +364,13 @@ def speed_section(quick: bool) -> str:
             last[0] = now
             print(f"  {done}/{total} measurements ({label}), {now - t0:.0f} s", flush=True)
 
-    data = bench.run(names=names, sizes=sizes, repeats=3 if quick else 7,
-                     min_time=0.02 if quick else 0.05, progress=progress)
+    data = bench.run(
+        names=names,
+        sizes=sizes,
+        repeats=3 if quick else 7,
+        min_time=0.02 if quick else 0.05,
+        progress=progress,
+    )
     return bench.markdown(data, heading=False)
 
 
@@ -341,10 +400,19 @@ def tail_index_section(t4: dict | None, quick: bool) -> str:
     rows = []
     t0 = time.perf_counter()
     for i, s in enumerate(SIGMAS):
-        clf = MLPClassifier(hidden_layer_sizes=hidden, activation="iglu",
-                            activation_params={"sigma": s}, class_weight="balanced",
-                            max_iter=epochs, learning_rate_init=3e-3, batch_size=64, tol=0.0,
-                            n_iter_no_change=epochs + 1, random_state=0, verbose=0)
+        clf = MLPClassifier(
+            hidden_layer_sizes=hidden,
+            activation="iglu",
+            activation_params={"sigma": s},
+            class_weight="balanced",
+            max_iter=epochs,
+            learning_rate_init=3e-3,
+            batch_size=64,
+            tol=0.0,
+            n_iter_no_change=epochs + 1,
+            random_state=0,
+            verbose=0,
+        )
         with fixed_budget():
             clf.fit(Xtr, ytr)
         acc = balanced_accuracy(y[te], clf.predict(X[te]))
@@ -358,11 +426,16 @@ def tail_index_section(t4: dict | None, quick: bool) -> str:
                     # pre-activations of this hidden layer, standardised per unit so that
                     # the pooled sample measures tail shape, not differences in unit scale
                     z = np.asarray(h.data, dtype=np.float64)
-                    z = (z - np.median(z, axis=0)) / (np.median(np.abs(z - np.median(z, axis=0)), axis=0) + 1e-12)
+                    z = (z - np.median(z, axis=0)) / (
+                        np.median(np.abs(z - np.median(z, axis=0)), axis=0) + 1e-12
+                    )
                     alphas.append(tail_index(z))
         rows.append((s, acc, alphas))
-        print(f"  {i + 1}/{len(SIGMAS)} networks trained (σ = {s:g}), "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"  {i + 1}/{len(SIGMAS)} networks trained (σ = {s:g}), "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     best = max(rows, key=lambda r: r[1])[0]
     nl = len(rows[0][2])
     lines = [
@@ -378,8 +451,11 @@ def tail_index_section(t4: dict | None, quick: bool) -> str:
     ]
     for s, acc, alphas in rows:
         mark = " (best)" if s == best else ""
-        lines.append(f"| {s:g}{mark} | {100 * acc:.1f} | "
-                     + " | ".join(f"{a.alpha:.2f} ± {a.stderr:.2f}" for a in alphas) + " |")
+        lines.append(
+            f"| {s:g}{mark} | {100 * acc:.1f} | "
+            + " | ".join(f"{a.alpha:.2f} ± {a.stderr:.2f}" for a in alphas)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -395,8 +471,10 @@ def _machine() -> str:
                     break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} cores, Numba threads {numba.get_num_threads()}, "
-            f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Numba threads {numba.get_num_threads()}, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 # --------------------------------------------------------------------------- main
@@ -416,17 +494,28 @@ def main(args) -> int:
     prog("Figure 1: activation shapes")
     md += ["## Figure 1: activations", "", f"![Figure 1]({figure_shapes(out)})", ""]
     prog("Figure 2: IGLU for several sigma")
-    md += ["## Figure 2: IGLU for σ ∈ {0.1, 0.5, 1, 5, 10} and its derivative", "",
-           f"![Figure 2]({figure_sigma(out)})", ""]
+    md += [
+        "## Figure 2: IGLU for σ ∈ {0.1, 0.5, 1, 5, 10} and its derivative",
+        "",
+        f"![Figure 2]({figure_sigma(out)})",
+        "",
+    ]
     prog("Figure 3: gate approximation gap")
     name, gmax, xmax = figure_gap(out)
-    md += ["## Figure 3: Z − Z_approx", "",
-           f"Measured max |Z − Z_approx| = **{gmax:.5f}** at σx = {xmax:.3f} "
-           f"(the paper states < 0.025; the gap is odd in σx, so ±{abs(xmax):.3f} both attain it).", "", f"![Figure 3]({name})", ""]
+    md += [
+        "## Figure 3: Z − Z_approx",
+        "",
+        f"Measured max |Z − Z_approx| = **{gmax:.5f}** at σx = {xmax:.3f} "
+        f"(the paper states < 0.025; the gap is odd in σx, so ±{abs(xmax):.3f} both attain it).",
+        "",
+        f"![Figure 3]({name})",
+        "",
+    ]
     prog("Figure 4: tails and float32 gradients")
     tails = figure_tails(out)
     md += [
-        "## Figure 4: tails (beyond the paper)", "",
+        "## Figure 4: tails (beyond the paper)",
+        "",
         "IGLU's gate and gradient decay polynomially (the gradient like 2/(3πσ³|x|³)); GELU's "
         "decay like exp(−x²/2). Right: the IGLU gradient in float32 in the negative tail.",
         "",
@@ -435,8 +524,11 @@ def main(args) -> int:
         f"- naive float32 formula 0.5 + atan(x)/π + x/(π(1 + x²)), with a correctly rounded "
         f"float32 arctan: max relative error {tails['max_rel_err_naive']:.2e}; "
         f"{tails['naive_wrong_sign_or_zero']} points with a zero or negative gradient"
-        + (f"; error above 50% from |x| ≈ {tails['naive_first_50pct_error_at']:.3g}."
-           if tails["naive_first_50pct_error_at"] else "."),
+        + (
+            f"; error above 50% from |x| ≈ {tails['naive_first_50pct_error_at']:.3g}."
+            if tails["naive_first_50pct_error_at"]
+            else "."
+        ),
         f"- the same formula with numpy's float32 arctan on this CPU: max relative error "
         f"{tails['max_rel_err_naive_numpy_atan']:.2e}, "
         f"{tails['naive_numpy_atan_wrong_sign_or_zero']} zero or negative. In the tail "
@@ -444,7 +536,9 @@ def main(args) -> int:
         "numpy computes differently on different CPUs (Intel's SVML on AVX-512, the C "
         "library's atanf elsewhere; they round some arguments differently); the line above "
         "does not depend on the CPU.",
-        "", f"![Figure 4]({tails['figure']})", "",
+        "",
+        f"![Figure 4]({tails['figure']})",
+        "",
     ]
     summary = {"gate_gap": gmax, "gate_gap_at": xmax, "tails": tails}
     if "speed" not in skip:
@@ -454,13 +548,23 @@ def main(args) -> int:
     if "table4" not in skip:
         prog("Table 4 (miniature): long-tailed digits")
         t4, res = table4_section(args.quick, out)
-        md += ["## Table 4 in miniature: long-tailed digits", "", t4, "",
-               "![Table 4 plot](table4_digits.png)", ""]
+        md += [
+            "## Table 4 in miniature: long-tailed digits",
+            "",
+            t4,
+            "",
+            "![Table 4 plot](table4_digits.png)",
+            "",
+        ]
         summary["table4_seconds"] = res.get("seconds")
     if "tails" not in skip:
         prog("Tail index of hidden pre-activations")
-        md += ["## Tail index of hidden pre-activations (beyond the paper)", "",
-               tail_index_section(res, args.quick), ""]
+        md += [
+            "## Tail index of hidden pre-activations (beyond the paper)",
+            "",
+            tail_index_section(res, args.quick),
+            "",
+        ]
     md += [f"_Total time: {time.perf_counter() - t0:.0f} s._", ""]
     (out / "report.md").write_text("\n".join(md))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -18,6 +18,7 @@ Examples::
     iglu-np warmup iglu gelu --dtype float32
     IGLU_NP_CACHE_DIR=/opt/iglu-cache iglu-np warmup --jobs 4
 """
+
 from __future__ import annotations
 
 import os
@@ -28,14 +29,26 @@ DTYPES = ("float32", "float64")
 
 
 def add_arguments(p):
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="activations to compile (default: every one)")
-    p.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES),
-                   help="dtypes of the fast-path loops (default: float32 float64)")
-    p.add_argument("--jobs", "-j", type=int, default=0,
-                   help="parallel processes (default 0: one per CPU, at most one per activation)")
-    p.add_argument("--json", action="store_true",
-                   help="print the seconds per activation and in all as JSON")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="activations to compile (default: every one)"
+    )
+    p.add_argument(
+        "--dtype",
+        nargs="+",
+        choices=DTYPES,
+        default=list(DTYPES),
+        help="dtypes of the fast-path loops (default: float32 float64)",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=0,
+        help="parallel processes (default 0: one per CPU, at most one per activation)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the seconds per activation and in all as JSON"
+    )
 
 
 def warm(name: str, dtypes=DTYPES) -> dict:
@@ -93,10 +106,12 @@ def _reporter(total: int):
                 bar.update(1)
                 if done == total:
                     bar.close()
+
             return tick
 
     def line(done, name, secs):
         print(f"[{done}/{total}] {name} {secs:.1f} s", file=sys.stderr, flush=True)
+
     return line
 
 
@@ -123,8 +138,11 @@ def main(args) -> int:
     jobs = min(args.jobs or os.cpu_count() or 1, len(names))
     root = cpu.cache_root()
     if not cpu._state.get("writable", True):
-        print(f"iglu-np warmup: the cache {root} cannot be written (set IGLU_NP_CACHE_DIR "
-              "to a writable directory)", file=sys.stderr)
+        print(
+            f"iglu-np warmup: the cache {root} cannot be written (set IGLU_NP_CACHE_DIR "
+            "to a writable directory)",
+            file=sys.stderr,
+        )
         return 1
     tick = _reporter(len(names))
     res = {}
@@ -140,10 +158,21 @@ def main(args) -> int:
     total = time.perf_counter() - t
     size, files = cpu.cache_size(root)
     if args.json:
-        print(json.dumps({"cache": str(root), "jobs": jobs, "seconds": total,
-                          "activations": {n: res[n] for n in names}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "cache": str(root),
+                    "jobs": jobs,
+                    "seconds": total,
+                    "activations": {n: res[n] for n in names},
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"compiled {len(names)} activation(s) ({', '.join(args.dtype)}) into {root} "
-              f"in {total:.1f} s with {jobs} process(es); cache now {size / 2**20:.1f} MiB "
-              f"in {files} files")
+        print(
+            f"compiled {len(names)} activation(s) ({', '.join(args.dtype)}) into {root} "
+            f"in {total:.1f} s with {jobs} process(es); cache now {size / 2**20:.1f} MiB "
+            f"in {files} files"
+        )
     return 0

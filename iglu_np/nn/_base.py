@@ -4,6 +4,7 @@ epoch at a time), the stopping rule, the fitted attributes and prediction.
 A subclass supplies the output side: ``_n_outputs``, ``_encode_y``, ``_loss``,
 ``_validation_split``, ``_val_score`` and ``predict``.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,15 @@ class _BaseMLP(Base):
     _is_classifier = False
 
     # ------------------------------------------------------------------ public API
-    def fit(self, X, y, *, resume: bool = False, n_epochs: int | None = None,
-            checkpoint: str | os.PathLike | None = None):
+    def fit(
+        self,
+        X,
+        y,
+        *,
+        resume: bool = False,
+        n_epochs: int | None = None,
+        checkpoint: str | os.PathLike | None = None,
+    ):
         """Train on (X, y).
 
         ``resume=True`` continues an interrupted run (after :meth:`load` or a previous
@@ -79,11 +87,15 @@ class _BaseMLP(Base):
             self._init_model()
             self._init_training()
         else:
-            if self._is_classifier and classes is not None and not np.array_equal(
-                np.unique(np.asarray(classes)), self.classes_
+            if (
+                self._is_classifier
+                and classes is not None
+                and not np.array_equal(np.unique(np.asarray(classes)), self.classes_)
             ):
-                raise ValueError(f"classes={classes!r} differs from the classes of the first "
-                                 f"call {self.classes_!r}")
+                raise ValueError(
+                    f"classes={classes!r} differs from the classes of the first "
+                    f"call {self.classes_!r}"
+                )
             y_enc = self._encode_y(y, fitting=False)
         if not hasattr(self, "_optimizer"):
             self._init_training()
@@ -135,8 +147,10 @@ class _BaseMLP(Base):
 
     def _require_fitted(self, exc=None):
         if not self._fitted():
-            msg = (f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
-                   "appropriate arguments before using this estimator.")
+            msg = (
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )
             raise (exc or NotFittedError)(msg)
 
     def _init_model(self):
@@ -145,10 +159,18 @@ class _BaseMLP(Base):
         init_rng = np.random.default_rng([self._seed, 0])
         self.n_outputs_ = self._n_outputs()
         self.model_ = MLP(
-            self.n_features_in_, hs, self.n_outputs_,
-            activation=self.activation, activation_params=self.activation_params,
-            learnable=self.learnable_activation, per_unit=self.per_unit, dropout=self.dropout,
-            init=self.init, dtype=np.dtype(self.dtype), rng=init_rng, xp=self._xp_for_init(),
+            self.n_features_in_,
+            hs,
+            self.n_outputs_,
+            activation=self.activation,
+            activation_params=self.activation_params,
+            learnable=self.learnable_activation,
+            per_unit=self.per_unit,
+            dropout=self.dropout,
+            init=self.init,
+            dtype=np.dtype(self.dtype),
+            rng=init_rng,
+            xp=self._xp_for_init(),
         )
 
     def _xp_for_init(self):
@@ -210,8 +232,9 @@ class _BaseMLP(Base):
         if self.early_stopping:
             tr, va = self._validation_split(y)
             if len(va) == 0 or len(tr) == 0:
-                raise ValueError(f"{type(self).__name__}: too few samples for early_stopping's "
-                                 "validation split")
+                raise ValueError(
+                    f"{type(self).__name__}: too few samples for early_stopping's validation split"
+                )
             X_val, y_val = X[_idx(X, va)], y[va]
             X, y = X[_idx(X, tr)], y[tr]
             y_val = self._to_device(y_val, X)
@@ -252,14 +275,18 @@ class _BaseMLP(Base):
         finally:
             if bar is not None:
                 bar.close()
-        if (self.early_stopping and (self._stopped or self.n_iter_ >= self.max_iter)
-                and self._best_state is not None):
+        if (
+            self.early_stopping
+            and (self._stopped or self.n_iter_ >= self.max_iter)
+            and self._best_state is not None
+        ):
             self.model_.load_state_dict(self._best_state)
         if remaining > 0 and not self._stopped and self.n_iter_ >= self.max_iter:
             warnings.warn(
                 f"{type(self).__name__}: stochastic optimizer: maximum iterations "
                 f"({self.max_iter}) reached and the optimization hasn't converged yet.",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning,
+                stacklevel=3,
             )
 
     def _model_state(self):
@@ -272,8 +299,12 @@ class _BaseMLP(Base):
 
     def _epoch_snapshot(self):
         on_host = ad.array_module(*[t.data for t in self.model_.parameters()]) is np
-        return (self._model_state(), self._optimizer.state_dict(host=on_host),
-                self._rng.bit_generator.state, self.t_)
+        return (
+            self._model_state(),
+            self._optimizer.state_dict(host=on_host),
+            self._rng.bit_generator.state,
+            self.t_,
+        )
 
     def _epoch_restore(self, snap):
         model, optim, rng, t = snap
@@ -316,7 +347,7 @@ class _BaseMLP(Base):
         outs = []
         with ad.no_grad():
             for s in range(0, X.shape[0], 8192):
-                outs.append(self.model_(Tensor(X[s:s + 8192])).data)
+                outs.append(self.model_(Tensor(X[s : s + 8192])).data)
         xp = ad.array_module(X)
         return outs[0] if len(outs) == 1 else xp.concatenate(outs)
 

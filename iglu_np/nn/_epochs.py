@@ -15,6 +15,7 @@ at is its synchronisation policy:
 Both give the same numbers: float64 losses from the float32 ones, the same sums in the
 same order.
 """
+
 from __future__ import annotations
 
 import math
@@ -144,7 +145,7 @@ def run_epoch(est, X, y, weight, total_steps):
     weights = [m.weight for m in model.layers if isinstance(m, Linear)]
     sizes = []
     for b in range(n_batches):
-        sel = idx[b * bs:(b + 1) * bs]
+        sel = idx[b * bs : (b + 1) * bs]
         m = min(bs, n - b * bs)
         xb, yb = X[sel], y[sel]
         opt.set_lr_factor(lr_factor_at(est, est.t_, total_steps, n_batches))

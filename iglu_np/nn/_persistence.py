@@ -6,6 +6,7 @@ the model (``model/...``), the optimiser (``optim/...``) and the best early-stop
 weights (``best/...``). A file is written to a temporary name and renamed into place, so
 that a reader never sees half a file.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,12 +81,14 @@ def load(path, expected=None):
     except FileNotFoundError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
-        raise ValueError(f"{path}: not a readable iglu_np model file "
-                         f"({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"{path}: not a readable iglu_np model file ({type(e).__name__}: {e})"
+        ) from None
     fmt = str(data.get("__format__", ""))
     if fmt != FORMAT:
-        raise ValueError(f"{path}: not an iglu_np model file "
-                         f"(format {fmt or 'missing'!r}, expected {FORMAT!r})")
+        raise ValueError(
+            f"{path}: not an iglu_np model file (format {fmt or 'missing'!r}, expected {FORMAT!r})"
+        )
     clsname = str(data["__class__"])
     if clsname not in _CLASSES:
         raise ValueError(f"{path}: unknown estimator class {clsname!r}")
@@ -95,8 +98,9 @@ def load(path, expected=None):
     try:
         return _restore(cls, data)
     except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: incomplete or mismatched iglu_np model file "
-                         f"({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"{path}: incomplete or mismatched iglu_np model file ({type(e).__name__}: {e})"
+        ) from None
     except ValueError as e:
         raise ValueError(f"{path}: model file does not match its settings: {e}") from None
 
@@ -125,8 +129,9 @@ def _restore(cls, data):
         raise ValueError(f"saved n_outputs {meta['n_outputs_']} != {est.n_outputs_}")
     if meta["has_optimizer"]:
         est._init_training()
-        est._optimizer.load_state_dict({k[6:]: v for k, v in data.items()
-                                        if k.startswith("optim/")})
+        est._optimizer.load_state_dict(
+            {k[6:]: v for k, v in data.items() if k.startswith("optim/")}
+        )
         est._rng.bit_generator.state = meta["rng"]
         est.n_iter_ = meta["n_iter_"]
         est.t_ = meta["t_"]

@@ -1,4 +1,5 @@
 """Progress of a fit (``verbose=``): a tqdm bar on a terminal, else one line per epoch."""
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ stand-ins with the same names and contract when it is not.
 ``set_params`` and ``repr`` read from the ``__init__`` signature); ``ClassifierMixin`` and
 ``RegressorMixin`` are ``None`` without scikit-learn.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -53,8 +54,9 @@ class ParamsMixin:
         valid = self._get_param_names()
         for k, v in params.items():
             if k not in valid:
-                raise ValueError(f"invalid parameter {k!r} for {type(self).__name__}; "
-                                 f"valid: {valid}")
+                raise ValueError(
+                    f"invalid parameter {k!r} for {type(self).__name__}; valid: {valid}"
+                )
             setattr(self, k, v)
         return self
 
@@ -63,7 +65,8 @@ class ParamsMixin:
         changed = [
             f"{k}={getattr(self, k)!r}"
             for k, p in sig.parameters.items()
-            if k != "self" and getattr(self, k) is not p.default
+            if k != "self"
+            and getattr(self, k) is not p.default
             and not _equal(getattr(self, k), p.default)
         ]
         return f"{type(self).__name__}({', '.join(changed)})"

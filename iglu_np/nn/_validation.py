@@ -1,5 +1,6 @@
 """What the estimators accept: X, y, their settings and ``random_state``, each checked with
 scikit-learn's messages where it has one."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,9 @@ def check_X(est, X, *, reset: bool):
     """Validate X into a 2-d float array of the estimator's dtype (numpy or cupy)."""
     name = type(est).__name__
     if X is None:
-        raise ValueError(f"{name}: X is None; expected a 2-d array of shape "
-                         "(n_samples, n_features)")
+        raise ValueError(
+            f"{name}: X is None; expected a 2-d array of shape (n_samples, n_features)"
+        )
     if hasattr(X, "toarray"):  # scipy.sparse: the MLP is dense anyway
         X = X.toarray()
     xp = ad.array_module(X)
@@ -38,11 +40,15 @@ def check_X(est, X, *, reset: bool):
             "single sample"
         )
     if X.shape[0] < 1:
-        raise ValueError(f"{name}: found array with 0 sample(s) (shape={X.shape}) while a "
-                         "minimum of 1 is required.")
+        raise ValueError(
+            f"{name}: found array with 0 sample(s) (shape={X.shape}) while a "
+            "minimum of 1 is required."
+        )
     if X.shape[1] < 1:
-        raise ValueError(f"{name}: found array with 0 feature(s) (shape={X.shape}) while a "
-                         "minimum of 1 is required.")
+        raise ValueError(
+            f"{name}: found array with 0 feature(s) (shape={X.shape}) while a "
+            "minimum of 1 is required."
+        )
     X = xp.asarray(X, dtype=dtype)
     if not bool(xp.isfinite(X).all()):
         raise ValueError(f"{name}: Input X contains NaN or infinity")
@@ -87,8 +93,9 @@ def validate_params(est) -> list:
     hs = est.hidden_layer_sizes
     hs = [hs] if isinstance(hs, (int, np.integer)) else list(hs)
     if any(int(h) != h or h < 1 for h in hs):
-        raise ValueError(f"{name}: hidden_layer_sizes must be positive integers, "
-                         f"got {est.hidden_layer_sizes!r}")
+        raise ValueError(
+            f"{name}: hidden_layer_sizes must be positive integers, got {est.hidden_layer_sizes!r}"
+        )
     if est.solver not in ("sgd", "adam", "adamw"):
         raise ValueError(f"{name}: solver must be 'sgd', 'adam' or 'adamw', got {est.solver!r}")
     if est.learning_rate not in ("constant", "invscaling", "adaptive", *SCHEDULES):
@@ -105,8 +112,9 @@ def validate_params(est) -> list:
     if not (est.tol == est.tol):
         raise ValueError(f"{name}: tol must be a number, got {est.tol!r}")
     if not 0 < est.validation_fraction < 1:
-        raise ValueError(f"{name}: validation_fraction must be in (0, 1), "
-                         f"got {est.validation_fraction}")
+        raise ValueError(
+            f"{name}: validation_fraction must be in (0, 1), got {est.validation_fraction}"
+        )
     bs = est.batch_size
     if bs != "auto" and not (isinstance(bs, (int, np.integer)) and bs >= 1):
         raise ValueError(f"{name}: batch_size must be 'auto' or a positive int, got {bs!r}")

@@ -18,6 +18,7 @@ of its own.
 The array module (numpy or cupy) is taken from the arrays themselves: ops only call
 array methods and functions of :func:`array_module`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,9 +26,25 @@ import contextlib
 import numpy as np
 
 __all__ = [
-    "Tensor", "Function", "no_grad", "array_module", "to_host",
-    "matmul", "linear", "add", "mul", "sum", "mean", "reshape", "activation",
-    "log_softmax", "cross_entropy", "mse_loss", "dropout", "softplus", "sigmoid",
+    "Tensor",
+    "Function",
+    "no_grad",
+    "array_module",
+    "to_host",
+    "matmul",
+    "linear",
+    "add",
+    "mul",
+    "sum",
+    "mean",
+    "reshape",
+    "activation",
+    "log_softmax",
+    "cross_entropy",
+    "mse_loss",
+    "dropout",
+    "softplus",
+    "sigmoid",
 ]
 
 _GRAD_ENABLED = True
@@ -358,8 +375,13 @@ class _Activation(Function):
         if self.needs[0] and any(self.needs[1:]):
             # one read of x and g for both (backward_all; the same numbers as two passes)
             gx, gp = act.backward_all(x, g, **params)
-            return (gx, *(gp[nm].astype(g.dtype, copy=False) if need else None
-                          for nm, need in zip(self.names, self.needs[1:])))
+            return (
+                gx,
+                *(
+                    gp[nm].astype(g.dtype, copy=False) if need else None
+                    for nm, need in zip(self.names, self.needs[1:])
+                ),
+            )
         gx = act.backward(x, g, **params) if self.needs[0] else None
         out = [gx]
         if any(self.needs[1:]):

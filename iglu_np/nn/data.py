@@ -1,12 +1,21 @@
 """Datasets, the long-tailed subsampler and class-balanced metrics (numpy only)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-__all__ = ["long_tailed_counts", "long_tailed_subsample", "load_digits", "stratified_split",
-           "balanced_accuracy", "per_class_recall", "confusion_matrix", "class_weights"]
+__all__ = [
+    "long_tailed_counts",
+    "long_tailed_subsample",
+    "load_digits",
+    "stratified_split",
+    "balanced_accuracy",
+    "per_class_recall",
+    "confusion_matrix",
+    "class_weights",
+]
 
 
 def long_tailed_counts(n_max: int, n_classes: int, rho: float) -> np.ndarray:
@@ -38,7 +47,9 @@ def long_tailed_subsample(X, y, rho: float, *, n_max=None, order=None, random_st
     """
     y = np.asarray(y)
     if y.ndim != 1 or len(y) != len(X):
-        raise ValueError(f"y must be 1-d with one label per row of X; got {y.shape} for {len(X)} rows")
+        raise ValueError(
+            f"y must be 1-d with one label per row of X; got {y.shape} for {len(X)} rows"
+        )
     classes, counts = np.unique(y, return_counts=True)
     if order is not None:
         order = list(order)
@@ -53,7 +64,9 @@ def long_tailed_subsample(X, y, rho: float, *, n_max=None, order=None, random_st
     short = [(c, q, n) for c, q, n in zip(classes, quotas, counts) if q > n]
     if short:
         c, q, n = short[0]
-        raise ValueError(f"class {c!r} has {n} samples but the long-tailed profile needs {q}; lower n_max")
+        raise ValueError(
+            f"class {c!r} has {n} samples but the long-tailed profile needs {q}; lower n_max"
+        )
     rng = np.random.default_rng(random_state)
     keep = []
     for c, q in zip(classes, quotas):
@@ -130,7 +143,9 @@ def class_weights(y_encoded, n_classes: int, class_weight) -> np.ndarray | None:
         return None
     if isinstance(class_weight, str):
         if class_weight != "balanced":
-            raise ValueError(f"class_weight must be None, 'balanced' or a dict, got {class_weight!r}")
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict, got {class_weight!r}"
+            )
         counts = np.bincount(y_encoded, minlength=n_classes).astype(np.float64)
         w = np.where(counts > 0, len(y_encoded) / (n_classes * np.maximum(counts, 1)), 0.0)
         return w

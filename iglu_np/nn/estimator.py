@@ -13,6 +13,7 @@ This module holds the output side of each estimator (labels or targets, loss, sc
 prediction); what they share is in ``_base`` (fitting, stopping), ``_epochs`` (one epoch's
 steps), ``_validation``, ``_persistence`` (save and load), ``_progress`` and ``_sklearn``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -92,32 +93,63 @@ _COMMON_DOC = """
 
 
 @model_class
-class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ()),
-                    _BaseMLP):
-    __doc__ = ("Multi-layer perceptron classifier (softmax output, cross-entropy loss) with any "
-               "registered activation.\n" + _COMMON_DOC + """    class_weight : None, "balanced" or dict label -> weight
+class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ()), _BaseMLP):
+    __doc__ = (
+        "Multi-layer perceptron classifier (softmax output, cross-entropy loss) with any "
+        "registered activation.\n"
+        + _COMMON_DOC
+        + """    class_weight : None, "balanced" or dict label -> weight
         Per-class weights of the cross-entropy (weighted mean, as PyTorch's
         ``cross_entropy(weight=)``).
 
     Notes
     -----
     Unlike scikit-learn, binary problems also use a 2-unit softmax output.
-    """)
+    """
+    )
 
     _is_classifier = True
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="iglu", *, activation_params=None,
-                 learnable_activation=False, per_unit=False, solver="adam", alpha=0.0001,
-                 batch_size="auto", learning_rate="constant", learning_rate_init=0.001,
-                 power_t=0.5, max_iter=200, shuffle=True, random_state=None, tol=1e-4,
-                 verbose=0, warm_start=False, momentum=0.9, nesterovs_momentum=True,
-                 early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-8, n_iter_no_change=10, weight_decay=0.01, warmup_epochs=0,
-                 clip_grad_norm=None, dropout=0.0, init="glorot", class_weight=None,
-                 dtype="float32"):
+    def __init__(
+        self,
+        hidden_layer_sizes=(100,),
+        activation="iglu",
+        *,
+        activation_params=None,
+        learnable_activation=False,
+        per_unit=False,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=0,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        weight_decay=0.01,
+        warmup_epochs=0,
+        clip_grad_norm=None,
+        dropout=0.0,
+        init="glorot",
+        class_weight=None,
+        dtype="float32",
+    ):
         store_init_args(self, locals())
 
     if SkBase is None:
+
         def score(self, X, y, sample_weight=None):
             """Mean accuracy of ``predict(X)`` against ``y``."""
             y = np.asarray(y)
@@ -133,16 +165,21 @@ class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ())
             warnings.warn(
                 "A column-vector y was passed when a 1d array was expected. Please change the "
                 "shape of y to (n_samples,), for example using ravel().",
-                DataConversionWarning, stacklevel=3,
+                DataConversionWarning,
+                stacklevel=3,
             )
             y = y.ravel()
         if y.ndim != 1:
-            raise ValueError(f"{type(self).__name__}: y should be a 1d array, got shape {y.shape} (multilabel is not supported)")
+            raise ValueError(
+                f"{type(self).__name__}: y should be a 1d array, got shape {y.shape} (multilabel is not supported)"
+            )
         if y.dtype.kind == "f":
             if not np.isfinite(y).all():
                 raise ValueError("Input y contains NaN or infinity.")
             if np.any(y != np.round(y)):
-                raise ValueError("Unknown label type: continuous. MLPClassifier needs class labels; use MLPRegressor for continuous targets")
+                raise ValueError(
+                    "Unknown label type: continuous. MLPClassifier needs class labels; use MLPRegressor for continuous targets"
+                )
         if y.dtype.kind == "O":
             try:
                 y = y.astype(str) if all(isinstance(v, str) for v in y) else y
@@ -159,7 +196,9 @@ class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ())
         pos = np.clip(pos, 0, len(self.classes_) - 1)
         bad = self.classes_[pos] != y
         if np.any(bad):
-            raise ValueError(f"y contains labels not seen in classes_ {self.classes_!r}: {np.unique(y[bad])!r}")
+            raise ValueError(
+                f"y contains labels not seen in classes_ {self.classes_!r}: {np.unique(y[bad])!r}"
+            )
         return pos.astype(np.int64)
 
     def _class_weight_arr(self, y_enc):
@@ -171,7 +210,9 @@ class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ())
             known = set(self.classes_.tolist())
             unknown = [k for k in cw if k not in known]
             if unknown:
-                raise ValueError(f"class_weight has labels {unknown!r} that are not in classes_ {self.classes_!r}")
+                raise ValueError(
+                    f"class_weight has labels {unknown!r} that are not in classes_ {self.classes_!r}"
+                )
             cw = {int(np.searchsorted(self.classes_, k)): v for k, v in cw.items()}
         w = _class_weights(np.asarray(y_enc), len(self.classes_), cw)
         return self._xp_for_init().asarray(w.astype(np.dtype(self.dtype)))
@@ -219,23 +260,52 @@ class MLPClassifier(*((ClassifierMixin,) if ClassifierMixin is not None else ())
 
 
 @model_class
-class MLPRegressor(*((RegressorMixin,) if RegressorMixin is not None else ()),
-                   _BaseMLP):
-    __doc__ = ("Multi-layer perceptron regressor (identity output, squared loss "
-               "``0.5*mean((y - f(X))**2)`` as scikit-learn) with any registered activation.\n"
-               + _COMMON_DOC)
+class MLPRegressor(*((RegressorMixin,) if RegressorMixin is not None else ()), _BaseMLP):
+    __doc__ = (
+        "Multi-layer perceptron regressor (identity output, squared loss "
+        "``0.5*mean((y - f(X))**2)`` as scikit-learn) with any registered activation.\n"
+        + _COMMON_DOC
+    )
 
-    def __init__(self, hidden_layer_sizes=(100,), activation="iglu", *, activation_params=None,
-                 learnable_activation=False, per_unit=False, solver="adam", alpha=0.0001,
-                 batch_size="auto", learning_rate="constant", learning_rate_init=0.001,
-                 power_t=0.5, max_iter=200, shuffle=True, random_state=None, tol=1e-4,
-                 verbose=0, warm_start=False, momentum=0.9, nesterovs_momentum=True,
-                 early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-8, n_iter_no_change=10, weight_decay=0.01, warmup_epochs=0,
-                 clip_grad_norm=None, dropout=0.0, init="glorot", dtype="float32"):
+    def __init__(
+        self,
+        hidden_layer_sizes=(100,),
+        activation="iglu",
+        *,
+        activation_params=None,
+        learnable_activation=False,
+        per_unit=False,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=0,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        weight_decay=0.01,
+        warmup_epochs=0,
+        clip_grad_norm=None,
+        dropout=0.0,
+        init="glorot",
+        dtype="float32",
+    ):
         store_init_args(self, locals())
 
     if SkBase is None:
+
         def score(self, X, y, sample_weight=None):
             """Coefficient of determination R^2 of ``predict(X)``."""
             y = np.asarray(y, dtype=np.float64)
@@ -266,7 +336,9 @@ class MLPRegressor(*((RegressorMixin,) if RegressorMixin is not None else ()),
             self._n_targets = 1 if y.ndim == 1 else y.shape[1]
         y2 = y.reshape(len(y), -1).astype(np.dtype(self.dtype))
         if y2.shape[1] != getattr(self, "_n_targets", y2.shape[1]):
-            raise ValueError(f"y has {y2.shape[1]} targets, the model was fitted with {self._n_targets}")
+            raise ValueError(
+                f"y has {y2.shape[1]} targets, the model was fitted with {self._n_targets}"
+            )
         return y2
 
     def _init_model(self):

@@ -13,6 +13,7 @@ runs of 40 epochs with ``quick=True``, 300 of 120 epochs in the full setting, on
 and, given ``out_dir``, writes ``table4_digits.md``,
 ``table4_digits.csv`` and ``table4_digits.png`` (plot needs matplotlib).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -93,8 +94,10 @@ def pool_context(method=None):
         from multiprocessing import forkserver
 
         # added to the preload list already set (default: ["__main__"]), not replacing it
-        have = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
-                    or ["__main__"])
+        have = list(
+            getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
+            or ["__main__"]
+        )
         ours = ["iglu_np.nn.estimator", "iglu_np.nn.data", __name__]
         ctx.set_forkserver_preload(have + [m for m in ours if m not in have])
     return ctx
@@ -110,10 +113,17 @@ def _one_run(job):
     tr, te = stratified_split(y, test_size, random_state=seed)
     Xtr, ytr, _ = long_tailed_subsample(X[tr], y[tr], rho, random_state=seed)
     clf = MLPClassifier(
-        hidden_layer_sizes=hidden, activation=name,
+        hidden_layer_sizes=hidden,
+        activation=name,
         activation_params=None if sigma is None else {"sigma": sigma},
-        class_weight="balanced", max_iter=epochs, learning_rate_init=lr, batch_size=batch_size,
-        tol=0.0, n_iter_no_change=epochs + 1, random_state=seed, verbose=0,
+        class_weight="balanced",
+        max_iter=epochs,
+        learning_rate_init=lr,
+        batch_size=batch_size,
+        tol=0.0,
+        n_iter_no_change=epochs + 1,
+        random_state=seed,
+        verbose=0,
     )
     t0 = time.perf_counter()
     with _one_blas_thread(), fixed_budget():
@@ -124,16 +134,34 @@ def _one_run(job):
     loss = float(-np.mean(np.log(np.maximum(proba[np.arange(len(pos)), pos], 1e-300))))
     pred = clf.classes_[np.argmax(proba, axis=1)]
     return {
-        "rho": rho, "activation": name, "sigma": sigma, "seed": seed,
-        "balanced_accuracy": balanced_accuracy(y[te], pred), "test_loss": loss,
-        "train_samples": int(len(ytr)), "seconds": secs,
+        "rho": rho,
+        "activation": name,
+        "sigma": sigma,
+        "seed": seed,
+        "balanced_accuracy": balanced_accuracy(y[te], pred),
+        "test_loss": loss,
+        "train_samples": int(len(ytr)),
+        "seconds": secs,
     }
 
 
-def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigmas=PAPER_SIGMAS,
-                       seeds=None, epochs=None, hidden=None, learning_rate_init=3e-3,
-                       batch_size=64, test_size=0.3, n_jobs=None, start_method=None,
-                       out_dir=None, progress: bool = False) -> dict:
+def long_tailed_digits(
+    *,
+    quick: bool = False,
+    rhos=RHOS,
+    activations=None,
+    sigmas=PAPER_SIGMAS,
+    seeds=None,
+    epochs=None,
+    hidden=None,
+    learning_rate_init=3e-3,
+    batch_size=64,
+    test_size=0.3,
+    n_jobs=None,
+    start_method=None,
+    out_dir=None,
+    progress: bool = False,
+) -> dict:
     """Run the miniature Table 4 and return ``{"summary": [...], "runs": [...], ...}``.
 
     ``summary`` has one row per (activation, sigma, rho) with mean and std over seeds of
@@ -148,8 +176,12 @@ def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigm
     hidden = tuple(setting["hidden"] if hidden is None else hidden)
     activations = ("iglu", "iglu_approx", *BASELINES) if activations is None else tuple(activations)
     configs, missing = _configs(activations, sigmas)
-    jobs = [(float(r), n, s, int(sd), epochs, hidden, learning_rate_init, batch_size, test_size)
-            for r in rhos for (n, s) in configs for sd in seeds]
+    jobs = [
+        (float(r), n, s, int(sd), epochs, hidden, learning_rate_init, batch_size, test_size)
+        for r in rhos
+        for (n, s) in configs
+        for sd in seeds
+    ]
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     t0 = time.perf_counter()
     runs = []
@@ -159,13 +191,18 @@ def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigm
         if progress and ((i + 1) % every == 0 or i + 1 == len(jobs)):
             el = time.perf_counter() - t0
             left = el / (i + 1) * (len(jobs) - i - 1)
-            print(f"  {i + 1}/{len(jobs)} training runs, {el:.0f} s"
-                  + (f", about {left:.0f} s left" if i + 1 < len(jobs) else ""), flush=True)
+            print(
+                f"  {i + 1}/{len(jobs)} training runs, {el:.0f} s"
+                + (f", about {left:.0f} s left" if i + 1 < len(jobs) else ""),
+                flush=True,
+            )
 
     if n_jobs > 1 and len(jobs) > 1:
         ctx = pool_context(start_method)
         with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as ex:
-            for i, r in enumerate(ex.map(_one_run, jobs, chunksize=max(1, len(jobs) // (8 * n_jobs)))):
+            for i, r in enumerate(
+                ex.map(_one_run, jobs, chunksize=max(1, len(jobs) // (8 * n_jobs)))
+            ):
                 runs.append(r)
                 report(i)
     else:
@@ -174,10 +211,20 @@ def long_tailed_digits(*, quick: bool = False, rhos=RHOS, activations=None, sigm
             report(i)
     summary = _summarise(runs)
     result = {
-        "summary": summary, "runs": runs, "missing": missing, "seconds": time.perf_counter() - t0,
-        "setting": {"quick": quick, "seeds": list(seeds), "epochs": epochs, "hidden": list(hidden),
-                    "rhos": [float(r) for r in rhos], "learning_rate_init": learning_rate_init,
-                    "batch_size": batch_size, "n_jobs": n_jobs},
+        "summary": summary,
+        "runs": runs,
+        "missing": missing,
+        "seconds": time.perf_counter() - t0,
+        "setting": {
+            "quick": quick,
+            "seeds": list(seeds),
+            "epochs": epochs,
+            "hidden": list(hidden),
+            "rhos": [float(r) for r in rhos],
+            "learning_rate_init": learning_rate_init,
+            "batch_size": batch_size,
+            "n_jobs": n_jobs,
+        },
     }
     if out_dir is not None:
         result["files"] = write_outputs(result, out_dir)
@@ -192,18 +239,32 @@ def _summarise(runs):
     for (name, sigma, rho), rs in groups.items():
         acc = np.array([r["balanced_accuracy"] for r in rs])
         loss = np.array([r["test_loss"] for r in rs])
-        out.append({
-            "activation": name, "sigma": sigma, "rho": rho, "n_seeds": len(rs),
-            "bal_acc_mean": float(acc.mean()), "bal_acc_std": float(acc.std(ddof=1)) if len(rs) > 1 else 0.0,
-            "loss_mean": float(loss.mean()), "loss_std": float(loss.std(ddof=1)) if len(rs) > 1 else 0.0,
-            "train_samples": rs[0]["train_samples"],
-        })
+        out.append(
+            {
+                "activation": name,
+                "sigma": sigma,
+                "rho": rho,
+                "n_seeds": len(rs),
+                "bal_acc_mean": float(acc.mean()),
+                "bal_acc_std": float(acc.std(ddof=1)) if len(rs) > 1 else 0.0,
+                "loss_mean": float(loss.mean()),
+                "loss_std": float(loss.std(ddof=1)) if len(rs) > 1 else 0.0,
+                "train_samples": rs[0]["train_samples"],
+            }
+        )
     return out
 
 
 def _label(name, sigma):
-    pretty = {"iglu": "IGLU", "iglu_approx": "IGLU-Approx", "relu": "ReLU", "gelu": "GELU",
-              "silu": "SiLU", "hardswish": "Hardswish", "mish": "Mish"}.get(name, name)
+    pretty = {
+        "iglu": "IGLU",
+        "iglu_approx": "IGLU-Approx",
+        "relu": "ReLU",
+        "gelu": "GELU",
+        "silu": "SiLU",
+        "hardswish": "Hardswish",
+        "mish": "Mish",
+    }.get(name, name)
     return pretty if sigma is None else f"{pretty} (σ={sigma:g})"
 
 
@@ -223,8 +284,11 @@ def markdown_table(result) -> str:
         f"{len(st['seeds'])} seeds ({st['epochs']} epochs, MLP {tuple(st['hidden'])}, class-weighted "
         "cross-entropy); best accuracy per ρ in bold.",
         "",
-        "| activation | " + " | ".join(f"ρ={rho:g} acc" for rho in rhos) + " | "
-        + " | ".join(f"ρ={rho:g} loss" for rho in rhos) + " |",
+        "| activation | "
+        + " | ".join(f"ρ={rho:g} acc" for rho in rhos)
+        + " | "
+        + " | ".join(f"ρ={rho:g} loss" for rho in rhos)
+        + " |",
         "|---|" + "---:|" * (2 * len(rhos)),
     ]
     for name, sigma in rows:
@@ -238,7 +302,9 @@ def markdown_table(result) -> str:
             a = f"{100 * c['bal_acc_mean']:.1f} ± {100 * c['bal_acc_std']:.1f}"
             accs.append(f"**{a}**" if c["bal_acc_mean"] == best[rho] else a)
             losses.append(f"{c['loss_mean']:.3f} ± {c['loss_std']:.3f}")
-        lines.append(f"| {_label(name, sigma)} | " + " | ".join(accs) + " | " + " | ".join(losses) + " |")
+        lines.append(
+            f"| {_label(name, sigma)} | " + " | ".join(accs) + " | " + " | ".join(losses) + " |"
+        )
     if result.get("missing"):
         lines += ["", f"Not registered (skipped): {', '.join(result['missing'])}."]
     return "\n".join(lines) + "\n"
@@ -283,20 +349,30 @@ def plot(result, path):
         return None
     summ = result["summary"]
     rhos = sorted({r["rho"] for r in summ})
-    fig, axes = plt.subplots(1, len(rhos), figsize=(3.6 * len(rhos), 3.9),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(rhos), figsize=(3.6 * len(rhos), 3.9), squeeze=False, layout="constrained"
+    )
     for ax, rho in zip(axes[0], rhos):
         rs = [r for r in summ if r["rho"] == rho]
         for name, style, dodge in (("iglu", "o-", 0.95), ("iglu_approx", "s--", 1.05)):
-            pts = sorted((r["sigma"], r["bal_acc_mean"], r["bal_acc_std"]) for r in rs
-                         if r["activation"] == name and r["sigma"] is not None)
+            pts = sorted(
+                (r["sigma"], r["bal_acc_mean"], r["bal_acc_std"])
+                for r in rs
+                if r["activation"] == name and r["sigma"] is not None
+            )
             if pts:
                 s, m, e = map(np.array, zip(*pts))
-                ax.errorbar(s * dodge, 100 * m, yerr=100 * e, fmt=style, capsize=2, label=_label(name, None))
+                ax.errorbar(
+                    s * dodge, 100 * m, yerr=100 * e, fmt=style, capsize=2, label=_label(name, None)
+                )
         for i, r in enumerate(x for x in rs if x["sigma"] is None):
-            ax.axhline(100 * r["bal_acc_mean"], color=f"C{i + 2}", lw=1.4,
-                       ls=_BASELINE_STYLES[i % len(_BASELINE_STYLES)],
-                       label=_label(r["activation"], None))
+            ax.axhline(
+                100 * r["bal_acc_mean"],
+                color=f"C{i + 2}",
+                lw=1.4,
+                ls=_BASELINE_STYLES[i % len(_BASELINE_STYLES)],
+                label=_label(r["activation"], None),
+            )
         ax.set_xscale("log")
         ax.set_title(f"ρ = {rho:g}")
         ax.set_xlabel("σ")
@@ -307,8 +383,9 @@ def plot(result, path):
     first = [i for i, lb in enumerate(labels) if lb.startswith("IGLU")]  # IGLU before baselines
     order = first + [i for i in range(len(labels)) if i not in first]
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8,
-               handlelength=3.5)
+    fig.legend(
+        handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, handlelength=3.5
+    )
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -18,6 +18,7 @@ activation's own gradient in the parameter comes from its fused ``backward_param
 kernel. A learnable parameter is either shared by the layer (shape ``()``) or one per
 unit (shape ``(units,)``, broadcast over the batch).
 """
+
 from __future__ import annotations
 
 import math
@@ -86,7 +87,9 @@ class Module:
             if ad.array_module(a) is np:  # host arrays as given; device ones stay there
                 a = np.asarray(a)
             if a.shape != t.data.shape:
-                raise ValueError(f"parameter {n}: saved shape {a.shape} != model shape {t.data.shape}")
+                raise ValueError(
+                    f"parameter {n}: saved shape {a.shape} != model shape {t.data.shape}"
+                )
             xp = ad.array_module(t.data)
             t.data = xp.asarray(a.astype(t.data.dtype, copy=True))
         return self
@@ -180,7 +183,9 @@ def param_transform(act, pname: str):
     lo, hi = p.lo, p.hi
     if math.isfinite(lo) and math.isfinite(hi):
         return (
-            lambda raw, vals: ad.add(_const(lo, raw), ad.mul(_const(hi - lo, raw), ad.sigmoid(raw))),
+            lambda raw, vals: ad.add(
+                _const(lo, raw), ad.mul(_const(hi - lo, raw), ad.sigmoid(raw))
+            ),
             lambda v, vals: _logit((np.asarray(v) - lo) / (hi - lo)),
         )
     if math.isfinite(lo):
@@ -239,8 +244,18 @@ class ActivationLayer(Module):
     value per unit (shape ``(units,)``) instead of one per layer.
     """
 
-    def __init__(self, activation, units=None, *, params=None, learnable=(), per_unit=False,
-                 dtype=np.float32, xp=np, name=""):
+    def __init__(
+        self,
+        activation,
+        units=None,
+        *,
+        params=None,
+        learnable=(),
+        per_unit=False,
+        dtype=np.float32,
+        xp=np,
+        name="",
+    ):
         from .. import get
 
         self._act = get(activation) if isinstance(activation, str) else activation
@@ -281,7 +296,9 @@ class ActivationLayer(Module):
             v = np.broadcast_to(np.asarray(values[n], dtype=np.float64), shape)
             raw = self._transforms[n][1](v, host_vals)
             host_vals[n] = v
-            self.raw[n] = Parameter(xp.asarray(np.array(raw, dtype=dtype)), f"{name}raw.{n}", "activation")
+            self.raw[n] = Parameter(
+                xp.asarray(np.array(raw, dtype=dtype)), f"{name}raw.{n}", "activation"
+            )
         self.units, self.per_unit = units, per_unit
 
     @property
@@ -313,7 +330,9 @@ class ActivationLayer(Module):
         """Current parameter values in the activation's domain, as host arrays/floats."""
         with ad.no_grad():
             vals = self.param_tensors()
-        return {k: (ad.to_host(v.data).copy() if isinstance(v, Tensor) else v) for k, v in vals.items()}
+        return {
+            k: (ad.to_host(v.data).copy() if isinstance(v, Tensor) else v) for k, v in vals.items()
+        }
 
     def forward(self, x):
         return ad.activation(self._act, x, **self.param_tensors())
@@ -348,27 +367,69 @@ class MLP(Sequential):
     ``per_unit`` one value per hidden unit instead of one per layer.
     """
 
-    def __init__(self, n_in, hidden_sizes, n_out, *, activation="iglu", activation_params=None,
-                 learnable=(), per_unit=False, dropout=0.0, init="glorot", dtype=np.float32,
-                 rng=None, xp=np):
+    def __init__(
+        self,
+        n_in,
+        hidden_sizes,
+        n_out,
+        *,
+        activation="iglu",
+        activation_params=None,
+        learnable=(),
+        per_unit=False,
+        dropout=0.0,
+        init="glorot",
+        dtype=np.float32,
+        rng=None,
+        xp=np,
+    ):
         rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         hidden_sizes = list(hidden_sizes)
         for h in hidden_sizes:
             if int(h) != h or h < 1:
-                raise ValueError(f"hidden layer sizes must be positive integers, got {hidden_sizes}")
+                raise ValueError(
+                    f"hidden layer sizes must be positive integers, got {hidden_sizes}"
+                )
         layers = []
         sizes = [n_in, *hidden_sizes]
         for i in range(len(hidden_sizes)):
-            layers.append(Linear(sizes[i], sizes[i + 1], init=init, rng=rng, dtype=dtype, xp=xp,
-                                 name=f"layers.{len(layers)}."))
-            layers.append(ActivationLayer(activation, sizes[i + 1], params=activation_params,
-                                          learnable=learnable, per_unit=per_unit, dtype=dtype, xp=xp,
-                                          name=f"layers.{len(layers)}."))
+            layers.append(
+                Linear(
+                    sizes[i],
+                    sizes[i + 1],
+                    init=init,
+                    rng=rng,
+                    dtype=dtype,
+                    xp=xp,
+                    name=f"layers.{len(layers)}.",
+                )
+            )
+            layers.append(
+                ActivationLayer(
+                    activation,
+                    sizes[i + 1],
+                    params=activation_params,
+                    learnable=learnable,
+                    per_unit=per_unit,
+                    dtype=dtype,
+                    xp=xp,
+                    name=f"layers.{len(layers)}.",
+                )
+            )
             if dropout:
                 layers.append(Dropout(dropout, rng=np.random.default_rng(rng.integers(2**63))))
         # The output layer always uses Glorot: its input is not rectified.
-        layers.append(Linear(sizes[-1], n_out, init="glorot" if init == "kaiming" else init,
-                             rng=rng, dtype=dtype, xp=xp, name=f"layers.{len(layers)}."))
+        layers.append(
+            Linear(
+                sizes[-1],
+                n_out,
+                init="glorot" if init == "kaiming" else init,
+                rng=rng,
+                dtype=dtype,
+                xp=xp,
+                name=f"layers.{len(layers)}.",
+            )
+        )
         super().__init__(*layers)
 
     def activation_values(self) -> list:

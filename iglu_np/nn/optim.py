@@ -10,6 +10,7 @@ Optimisers take a list of parameters or a list of *groups*, dicts with a ``"para
 list and per-group overrides (``lr``, ``weight_decay``...). :func:`param_groups` builds
 the usual two groups: weights with weight decay, biases and activation parameters without.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,12 +19,23 @@ import numpy as np
 
 from .autodiff import array_module, to_host
 
-__all__ = ["SGD", "Adam", "AdamW", "param_groups", "clip_grad_norm", "cosine_warmup",
-           "linear_warmup", "constant_schedule", "SCHEDULES", "make_optimizer"]
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "param_groups",
+    "clip_grad_norm",
+    "cosine_warmup",
+    "linear_warmup",
+    "constant_schedule",
+    "SCHEDULES",
+    "make_optimizer",
+]
 
 
-def param_groups(params, weight_decay: float, *, decay_activation: bool = False,
-                 decay_bias: bool = False) -> list:
+def param_groups(
+    params, weight_decay: float, *, decay_activation: bool = False, decay_bias: bool = False
+) -> list:
     """Split parameters into a decayed group (weights) and an undecayed one.
 
     Activation parameters (group ``"activation"``) are excluded from weight decay by
@@ -33,7 +45,11 @@ def param_groups(params, weight_decay: float, *, decay_activation: bool = False,
     decay, no_decay = [], []
     for p in params:
         g = getattr(p, "group", "weight")
-        if g == "weight" or (g == "activation" and decay_activation) or (g == "bias" and decay_bias):
+        if (
+            g == "weight"
+            or (g == "activation" and decay_activation)
+            or (g == "bias" and decay_bias)
+        ):
             decay.append(p)
         else:
             no_decay.append(p)
@@ -119,7 +135,9 @@ class Optimizer:
                     if array_module(a) is np:  # host arrays as given; device ones stay there
                         a = np.asarray(a)
                     if a.shape != p.data.shape:
-                        raise ValueError(f"optimiser state {key}: shape {a.shape} != {p.data.shape}")
+                        raise ValueError(
+                            f"optimiser state {key}: shape {a.shape} != {p.data.shape}"
+                        )
                     st[k] = array_module(p.data).asarray(a.astype(p.data.dtype))
             if st:
                 self.state[i] = st
@@ -193,7 +211,9 @@ def make_optimizer(name: str, groups, **hyper):
     try:
         cls = _OPTIMISERS[name]
     except KeyError:
-        raise ValueError(f"unknown solver {name!r}; expected one of {', '.join(_OPTIMISERS)}") from None
+        raise ValueError(
+            f"unknown solver {name!r}; expected one of {', '.join(_OPTIMISERS)}"
+        ) from None
     return cls(groups, **hyper)
 
 

@@ -5,6 +5,7 @@ A backend compiles a kernel by copying the function with those globals *rebound*
 backend's compiled helpers (``numba.njit`` on the CPU, ``cuda.jit(device=True)`` on the
 GPU), so the same source serves every target and no module imports a backend.
 """
+
 from __future__ import annotations
 
 import math

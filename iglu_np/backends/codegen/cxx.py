@@ -14,6 +14,7 @@ with the CuPy parameter lists ``"X x, float32 p_sigma"`` / ``"Y y"``: data array
 their dtype (``X``, so float16 is read as float16 and converted), parameters are passed
 in the compute dtype, and the output type ``Y`` is whatever array receives the result.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,7 +49,13 @@ HEADER = Path(__file__).resolve().parents[2] / "include" / "iglu_np" / "iglu_np.
 # with no FMA contraction (Numba does not contract), no flush of subnormals and IEEE
 # division and square root, the GPU computes the CPU's results bit for bit. The cost is
 # a few instructions per element in kernels that are memory-bound anyway.
-NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+NVRTC_OPTIONS = (
+    "--std=c++17",
+    "--fmad=false",
+    "--ftz=false",
+    "--prec-div=true",
+    "--prec-sqrt=true",
+)
 
 # numpy compute dtype -> C++ type of the template argument.
 C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -107,8 +114,10 @@ def _take_bulk(spec, bulk, call: str) -> str:
 
     if bulk is None:
         return ""
-    return (f"  if ({function_name(spec.bulk_domain)}({call})) "
-            f"return T({function_name(bulk)}({call}));\n")
+    return (
+        f"  if ({function_name(spec.bulk_domain)}({call})) "
+        f"return T({function_name(bulk)}({call}));\n"
+    )
 
 
 def _prepared_wrappers(spec, which: str, prep, fn, n: int, bulk=None) -> str:
@@ -149,16 +158,17 @@ def _bulk_of(spec, which: str):
 
 @lru_cache(maxsize=None)
 def _spec_cxx(name: str, fns: tuple) -> str:
-    from .cxx_translate import TranslationError, translate
-
     from ..._spec import REGISTRY
+    from .cxx_translate import TranslationError, translate
 
     spec = REGISTRY[name]
     # The bulk kernels too: on a GPU a warp whose elements are all in the bulk domain runs
     # the cheaper form alone (softplus' exact float32 forward is branch-free for the CPU's
     # SIMD, two double-word steps on every element: 3.1x the copy limit on an H200).
     bulk = [_bulk_of(spec, which) for which, _ in fns]
-    extra = [b for b in bulk if b is not None] + ([spec.bulk_domain] if any(b is not None for b in bulk) else [])
+    extra = [b for b in bulk if b is not None] + (
+        [spec.bulk_domain] if any(b is not None for b in bulk) else []
+    )
     prepared = [spec.prepared_for(_kernel_key(which)) for which, _ in fns]
     extra += [g for pr in prepared if pr is not None for g in pr[:2]]
     try:
@@ -166,10 +176,16 @@ def _spec_cxx(name: str, fns: tuple) -> str:
     except TranslationError as e:
         raise NoCxxError(f"{spec.name}: its kernels do not translate to C++ ({e})") from None
     entry = [_wrapper(spec, which, fn, b) for (which, fn), b in zip(fns, bulk)]
-    entry += [_prepared_wrappers(spec, which, *pr, bulk=b)
-              for (which, _), b, pr in zip(fns, bulk, prepared) if pr is not None]
+    entry += [
+        _prepared_wrappers(spec, which, *pr, bulk=b)
+        for (which, _), b, pr in zip(fns, bulk, prepared)
+        if pr is not None
+    ]
     return (
-        "namespace iglu_np {\n\n" + body + "\n\n// entry points\n" + "\n\n".join(entry)
+        "namespace iglu_np {\n\n"
+        + body
+        + "\n\n// entry points\n"
+        + "\n\n".join(entry)
         + "\n\n}  // namespace iglu_np\n"
     )
 
@@ -191,7 +207,15 @@ def asks_float64(spec) -> bool:
 
 def preamble(spec) -> str:
     """The prelude header followed by the spec's generated C++."""
-    return prelude() + "\n// ---- " + spec.name + " (generated from " + spec.module + ")\n" + spec_cxx(spec)
+    return (
+        prelude()
+        + "\n// ---- "
+        + spec.name
+        + " (generated from "
+        + spec.module
+        + ")\n"
+        + spec_cxx(spec)
+    )
 
 
 def kernel_kinds(spec) -> list:
@@ -223,7 +247,9 @@ def kernel_source(spec, kind: str, compute) -> KernelSource:
     except KeyError:
         raise TypeError(f"compute dtype must be float32 or float64, got {compute}") from None
     if kind not in kernel_kinds(spec):
-        raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
+        raise KeyError(
+            f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}"
+        )
     fn = _cxx_function(spec, kind)
     pnames = tuple("p_" + p for p in spec.param_names)
     times_grad = Kind.parse(kind).times_grad
@@ -348,7 +374,9 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     four 32-bit pairs: see :data:`_PAIRS`)."""
     ddt, dtype_c, ctype = _data_types(data_dtype)
     if kind not in kernel_kinds(spec):
-        raise KeyError(f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}")
+        raise KeyError(
+            f"{spec.name}: no kernel kind {kind!r}; expected one of {kernel_kinds(spec)}"
+        )
     lanes = VECTOR_BYTES // _ITEMSIZE[dtype_c]
     fn = _cxx_function(spec, kind)
     times_grad = Kind.parse(kind).times_grad
@@ -383,8 +411,10 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
         vloads = "".join(_pair_load(d) for d in data)
         store = _PAIR_STORE
         wide = "".join(f"      const float2 {d}2 = {widen}({d}v.v[k]);\n" for d in data)
-        loop = (f"    for (int k = 0; k < {lanes // 2}; ++k) {{\n{wide}"
-                f"      r.v[k] = {narrow}({result('x2.x', 'g2.x')}, {result('x2.y', 'g2.y')});\n    }}\n")
+        loop = (
+            f"    for (int k = 0; k < {lanes // 2}; ++k) {{\n{wide}"
+            f"      r.v[k] = {narrow}({result('x2.x', 'g2.x')}, {result('x2.y', 'g2.y')});\n    }}\n"
+        )
     else:
         lane = value("k").replace("x[k]", "xv.v[k]").replace("g[k]", "gv.v[k]")
         vtype = f"typedef iglu_np::vec<D, {lanes}> V;\n"
@@ -410,21 +440,27 @@ def vector_kernel_source(spec, kind: str, data_dtype) -> VectorKernelSource:
     )
     body = f"\nnamespace iglu_np_vec_{name} {{\n{body}}}\n"
     src = vector_preamble(spec, ddt) + body
-    return VectorKernelSource(name=name, source=src, lanes=lanes, n_data=len(data), compute=ctype, body=body)
+    return VectorKernelSource(
+        name=name, source=src, lanes=lanes, n_data=len(data), compute=ctype, body=body
+    )
 
 
 # A vector of pairs moves as the built-in uint4 (a <4 x i32> to NVVM: one 128-bit access
 # whatever the loop does; a struct of pairs may be copied field by field, as four 32-bit
 # accesses) and is bit-copied to and from the pairs (register moves once compiled).
 def _pair_load(d: str) -> str:
-    return (f"    const uint4 {d}w = reinterpret_cast<const uint4*>({d})[i];\n"
-            f"    V {d}v;\n"
-            f"    memcpy((void*)&{d}v, &{d}w, sizeof {d}v);\n")
+    return (
+        f"    const uint4 {d}w = reinterpret_cast<const uint4*>({d})[i];\n"
+        f"    V {d}v;\n"
+        f"    memcpy((void*)&{d}v, &{d}w, sizeof {d}v);\n"
+    )
 
 
-_PAIR_STORE = ("    uint4 rw;\n"
-               "    memcpy(&rw, (const void*)&r, sizeof rw);\n"
-               "    reinterpret_cast<uint4*>(y)[i] = rw;\n")
+_PAIR_STORE = (
+    "    uint4 rw;\n"
+    "    memcpy(&rw, (const void*)&r, sizeof rw);\n"
+    "    reinterpret_cast<uint4*>(y)[i] = rw;\n"
+)
 
 
 def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre") -> str:
@@ -432,8 +468,10 @@ def _prep_line(spec, which: str, ctype: str, pnames, ind: str, var: str = "pre")
     kernel whose parameters are the scalars ``pnames``, or ''."""
     if spec.prepared_for(which) is None:
         return ""
-    return (f"{ind}const auto {var} = iglu_np::{spec.name}_{entry_suffix(which)}_prep<{ctype}>"
-            f"({', '.join(pnames)});\n")
+    return (
+        f"{ind}const auto {var} = iglu_np::{spec.name}_{entry_suffix(which)}_prep<{ctype}>"
+        f"({', '.join(pnames)});\n"
+    )
 
 
 _VEC_STRUCT = """
@@ -458,8 +496,10 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
     pnames = [f"p_{p}" for p in ps]
     name = f"iglu_np_{spec.name}_{BWD_ALL}_vec_{ddt}"
 
-    preps = {w: _prep_line(spec, w, ctype, pnames, "  ", f"pre_{w}")
-             for w in ("dx", *(f"d{p}" for p in ps))}
+    preps = {
+        w: _prep_line(spec, w, ctype, pnames, "  ", f"pre_{w}")
+        for w in ("dx", *(f"d{p}" for p in ps))
+    }
 
     def call(w, args):
         if preps[w]:  # the parameter-only part once per thread (the spec's ``prepared``)
@@ -471,36 +511,56 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
         the compute type where the operands come ``wide``, narrowed in pairs)."""
         xi, gi = f"xi{j}", f"gi{j}"
         args = ", ".join([xi, *pnames])
-        lines = [f"{ind}const {ctype} {xi} = {xv if wide else _load(ddt, ctype, xv)};",
-                 f"{ind}const {ctype} {gi} = {gv if wide else _load(ddt, ctype, gv)};"]
+        lines = [
+            f"{ind}const {ctype} {xi} = {xv if wide else _load(ddt, ctype, xv)};",
+            f"{ind}const {ctype} {gi} = {gv if wide else _load(ddt, ctype, gv)};",
+        ]
         lines += [f"{ind}acc_{p} += (double)({gi} * {call('d' + p, args)});" for p in ps]
         yi = f"{gi} * " + call("dx", args)
-        lines.append(f"{ind}const {ctype} yi{j} = {yi};" if wide else f"{ind}const D yi{j} = {_store(ddt, yi)};")
+        lines.append(
+            f"{ind}const {ctype} yi{j} = {yi};"
+            if wide
+            else f"{ind}const D yi{j} = {_store(ddt, yi)};"
+        )
         return lines
 
     if ddt in _PAIRS:  # two elements per 32-bit pair, in order (see _PAIRS)
         pair, widen, narrow = _PAIRS[ddt]
         vtype = [f"typedef {pair} D2;", f"typedef iglu_np::vec<D2, {lanes // 2}> V;"]
-        loop = [f"    for (int k = 0; k < {lanes // 2}; ++k) {{",
-                f"      const float2 x2 = {widen}(xv.v[k]);",
-                f"      const float2 g2 = {widen}(gv.v[k]);",
-                *step("x2.x", "g2.x", "      ", "0", wide=True),
-                *step("x2.y", "g2.y", "      ", "1", wide=True),
-                f"      r.v[k] = {narrow}(yi0, yi1);",
-                "    }"]
+        loop = [
+            f"    for (int k = 0; k < {lanes // 2}; ++k) {{",
+            f"      const float2 x2 = {widen}(xv.v[k]);",
+            f"      const float2 g2 = {widen}(gv.v[k]);",
+            *step("x2.x", "g2.x", "      ", "0", wide=True),
+            *step("x2.y", "g2.y", "      ", "1", wide=True),
+            f"      r.v[k] = {narrow}(yi0, yi1);",
+            "    }",
+        ]
         moves = ((_pair_load("x") + _pair_load("g")).splitlines(), _PAIR_STORE.splitlines())
     else:
         vtype = [f"typedef iglu_np::vec<D, {lanes}> V;"]
-        loop = [f"    for (int k = 0; k < {lanes}; ++k) {{",
-                *step("xv.v[k]", "gv.v[k]", "      "),
-                "      r.v[k] = yi;",
-                "    }"]
-        moves = (["    const V xv = reinterpret_cast<const V*>(x)[i];",
-                  "    const V gv = reinterpret_cast<const V*>(g)[i];"],
-                 ["    reinterpret_cast<V*>(y)[i] = r;"])
+        loop = [
+            f"    for (int k = 0; k < {lanes}; ++k) {{",
+            *step("xv.v[k]", "gv.v[k]", "      "),
+            "      r.v[k] = yi;",
+            "    }",
+        ]
+        moves = (
+            [
+                "    const V xv = reinterpret_cast<const V*>(x)[i];",
+                "    const V gv = reinterpret_cast<const V*>(g)[i];",
+            ],
+            ["    reinterpret_cast<V*>(y)[i] = r;"],
+        )
 
-    args = ["const D* __restrict__ x", "const D* __restrict__ g", "D* __restrict__ y",
-            "double* __restrict__ partials", "const long long n", *(f"const {ctype} {p}" for p in pnames)]
+    args = [
+        "const D* __restrict__ x",
+        "const D* __restrict__ g",
+        "D* __restrict__ y",
+        "double* __restrict__ partials",
+        "const long long n",
+        *(f"const {ctype} {p}" for p in pnames),
+    ]
     body = [
         f"typedef {dtype_c} D;",
         *vtype,
@@ -526,5 +586,11 @@ def fused_backward_source(spec, data_dtype) -> VectorKernelSource:
         "}",
     ]
     body = f"\nnamespace iglu_np_vec_{name} {{\n" + "\n".join(body) + "\n}\n"
-    return VectorKernelSource(name=name, source=vector_preamble(spec, ddt) + body, lanes=lanes,
-                              n_data=2, compute=ctype, body=body)
+    return VectorKernelSource(
+        name=name,
+        source=vector_preamble(spec, ddt) + body,
+        lanes=lanes,
+        n_data=2,
+        compute=ctype,
+        body=body,
+    )

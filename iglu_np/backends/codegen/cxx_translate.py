@@ -30,6 +30,7 @@ statement that holds the branch. A test ``is_f32(x)`` becomes a compile-time
 ``sizeof(x) == 4`` (``if constexpr`` as a statement), so each precision compiles only its
 own constants.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,8 +62,14 @@ _MATH_CXX = {
     "isfinite": "isfinite",
 }
 _BINOPS = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
-    ast.RShift: ">>", ast.LShift: "<<", ast.BitAnd: "&", ast.BitOr: "|",
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.RShift: ">>",
+    ast.LShift: "<<",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
 }
 # the fields of iglu_np::tup2 .. tup8, a returned tuple's values in order
 _FIELDS = "abcdefgh"
@@ -93,7 +100,9 @@ def function_name(fn) -> str:
 def _is_number(v) -> bool:
     import numpy as np
 
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
+        v, (bool, np.bool_)
+    )
 
 
 def literal(v) -> str:
@@ -255,14 +264,28 @@ class _Func:
         # T(c) / type(x)(c): a cast to the kernel's type
         if isinstance(func, ast.Name) and func.id in self.declared:
             return f"{func.id}({', '.join(self.expr(a) for a in args)})"
-        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "type":
+        if (
+            isinstance(func, ast.Call)
+            and isinstance(func.func, ast.Name)
+            and func.func.id == "type"
+        ):
             return f"decltype({self.expr(func.args[0])})({self.expr(args[0])})"
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             base = self.global_value(func.value.id, func)
             if base is math:
                 return self.math_call(node, func.attr, args)
-            if getattr(base, "__name__", "") == "numba" and func.attr in ("int32", "int64", "float32", "float64"):
-                ct = {"int32": "int", "int64": "long long", "float32": "float", "float64": "double"}[func.attr]
+            if getattr(base, "__name__", "") == "numba" and func.attr in (
+                "int32",
+                "int64",
+                "float32",
+                "float64",
+            ):
+                ct = {
+                    "int32": "int",
+                    "int64": "long long",
+                    "float32": "float",
+                    "float64": "double",
+                }[func.attr]
                 return f"(({ct})({self.expr(args[0])}))"
             raise self.err(node, "unsupported attribute call")
         if not isinstance(func, ast.Name):
@@ -287,7 +310,9 @@ class _Func:
                 raise self.err(node, "horner(v, COEFFS)")
             coeffs = self.tuple_expr(args[1])
             if coeffs is None:
-                raise self.err(node, "horner's coefficients must be a tuple constant (or a select of them)")
+                raise self.err(
+                    node, "horner's coefficients must be a tuple constant (or a select of them)"
+                )
             n = self.tuple_len(coeffs, node)
             cs = ", ".join(self.tuple_item(coeffs, k) for k in range(n))
             return f"iglu_np::horner({self.expr(args[0])}, {cs})"
@@ -407,20 +432,25 @@ class _Func:
         try:
             return self.expr(node)
         except TranslationError as e:
-            raise self.err(node, f"cannot declare a local first assigned in a branch ({e})") from None
+            raise self.err(
+                node, f"cannot declare a local first assigned in a branch ({e})"
+            ) from None
 
     def body(self, stmts, ind):
         lines = []
         stmts = list(stmts)
         for i, st in enumerate(stmts):
             if (
-                isinstance(st, ast.If) and not st.orelse and i + 1 < len(stmts)
-                and self.f32_test(st.test) and isinstance(st.body[-1], ast.Return)
+                isinstance(st, ast.If)
+                and not st.orelse
+                and i + 1 < len(stmts)
+                and self.f32_test(st.test)
+                and isinstance(st.body[-1], ast.Return)
             ):
                 # ``if is_f32(x): ... return`` then the float64 code: the rest becomes the
                 # else of the ``if constexpr``, so each precision instantiates only its own
                 # code (no float64 shifts or constants checked in a float32 kernel).
-                st = ast.If(test=st.test, body=st.body, orelse=stmts[i + 1:])
+                st = ast.If(test=st.test, body=st.body, orelse=stmts[i + 1 :])
                 ast.copy_location(st, stmts[i])
                 lines += self.hoist(st, ind)
                 lines += self.stmt(st, ind)
@@ -430,7 +460,11 @@ class _Func:
         return lines
 
     def stmt(self, st, ind):
-        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+        if (
+            isinstance(st, ast.Expr)
+            and isinstance(st.value, ast.Constant)
+            and isinstance(st.value.value, str)
+        ):
             return []  # docstring
         if isinstance(st, ast.Pass):
             return []
@@ -438,7 +472,11 @@ class _Func:
             return self.s_assign(st, ind)
         if isinstance(st, ast.AugAssign):
             op = _BINOPS.get(type(st.op))
-            if op is None or not isinstance(st.target, ast.Name) or st.target.id not in self.declared:
+            if (
+                op is None
+                or not isinstance(st.target, ast.Name)
+                or st.target.id not in self.declared
+            ):
                 raise self.err(st, "unsupported augmented assignment")
             return [f"{ind}{st.target.id} {op}= {self.expr(st.value)};"]
         if isinstance(st, ast.Return):

@@ -24,6 +24,7 @@ until someone deletes the file; a cache directory it cannot write is replaced by
 
 Imported only where something is compiled or loaded (it imports Numba).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,8 +83,11 @@ class _File(caching.IndexDataCacheFile):
         self._version = f"{numba.__version__} llvmlite {llvmlite.__version__} iglu_np {FORMAT}"
 
     def _damaged(self, path, e):
-        cache_problem(self._cache_path, f"skipped the damaged entry {os.path.basename(path)} "
-                                        f"({type(e).__name__}: {e}) and compiled it again")
+        cache_problem(
+            self._cache_path,
+            f"skipped the damaged entry {os.path.basename(path)} "
+            f"({type(e).__name__}: {e}) and compiled it again",
+        )
 
     def _load_index(self):
         try:
@@ -129,9 +133,11 @@ class HealingCache(caching.Cache):
         self._py_func = py_func
         self._impl = self._impl_class(py_func)
         self._cache_path = self._impl.locator.get_cache_path()
-        self._cache_file = _File(cache_path=self._cache_path,
-                                 filename_base=self._impl.filename_base,
-                                 source_stamp=self._impl.locator.get_source_stamp())
+        self._cache_file = _File(
+            cache_path=self._cache_path,
+            filename_base=self._impl.filename_base,
+            source_stamp=self._impl.locator.get_source_stamp(),
+        )
         self.enable()
 
     def load_overload(self, sig, target_context):
@@ -139,16 +145,22 @@ class HealingCache(caching.Cache):
         try:
             return self._load_overload(sig, target_context)
         except Exception as e:  # noqa: BLE001  (a payload that does not rebuild)
-            cache_problem(self._cache_path, f"could not load a cached {self._py_func.__name__} "
-                                            f"({type(e).__name__}: {e}); compiled it again")
+            cache_problem(
+                self._cache_path,
+                f"could not load a cached {self._py_func.__name__} "
+                f"({type(e).__name__}: {e}); compiled it again",
+            )
             return None
 
     def save_overload(self, sig, data):
         try:
             self._save_overload(sig, data)
         except OSError as e:
-            cache_problem(self._cache_path, f"cannot be written ({e.strerror or e}): compiled "
-                                            "kernels missing from it are not saved")
+            cache_problem(
+                self._cache_path,
+                f"cannot be written ({e.strerror or e}): compiled "
+                "kernels missing from it are not saved",
+            )
 
 
 def enable(dispatcher):

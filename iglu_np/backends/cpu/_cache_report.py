@@ -1,5 +1,6 @@
 """How problems with the kernel cache are reported: one :class:`CacheWarning` per process
 and directory (a module of its own: the cache's modules and :mod:`.cpu` both report)."""
+
 from __future__ import annotations
 
 import threading
@@ -30,5 +31,9 @@ def cache_problem(directory, what: str) -> None:
         if d in _warned:
             return
         _warned.add(d)
-    warnings.warn(f"iglu_np kernel cache {d}: {what}. Results are unaffected; "
-                  "'iglu-np cache --clear' empties the cache.", CacheWarning, stacklevel=3)
+    warnings.warn(
+        f"iglu_np kernel cache {d}: {what}. Results are unaffected; "
+        "'iglu-np cache --clear' empties the cache.",
+        CacheWarning,
+        stacklevel=3,
+    )

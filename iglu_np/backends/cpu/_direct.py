@@ -24,6 +24,7 @@ The wrappers call back into Python only on a kernel's error path (which the kern
 compiled with ``error_model='numpy'``, never take): ``PyErr_*`` from the interpreter,
 and Numba's two GIL helpers, provided here by :data:`_GIL_IR`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -79,7 +80,8 @@ def _ll():
         ll.initialize_native_asmprinter()
         if not ll.address_of_symbol("numba_gil_ensure"):
             tm = ll.Target.from_default_triple().create_target_machine(
-                reloc="default", codemodel="jitdefault")
+                reloc="default", codemodel="jitdefault"
+            )
             mod = ll.parse_assembly(_GIL_IR)
             ee = ll.create_mcjit_compiler(mod, tm)
             ee.finalize_object()
@@ -94,8 +96,11 @@ def _host():
     h = _state.get("host")
     if h is None:
         ll = _ll()
-        h = _state["host"] = (ll.get_process_triple(), ll.get_host_cpu_name(),
-                              ll.get_host_cpu_features().flatten())
+        h = _state["host"] = (
+            ll.get_process_triple(),
+            ll.get_host_cpu_name(),
+            ll.get_host_cpu_features().flatten(),
+        )
     return h
 
 
@@ -109,7 +114,7 @@ def _version(pkg: str) -> str:
         site = Path(spec.origin).resolve().parent.parent
         found = sorted(site.glob(f"{pkg}-*.dist-info"))
         if len(found) == 1:
-            return found[0].name[len(pkg) + 1:-len(".dist-info")]
+            return found[0].name[len(pkg) + 1 : -len(".dist-info")]
     from importlib.metadata import version
 
     return version(pkg)
@@ -126,10 +131,16 @@ def key() -> str:
         for p in sorted(pkg.rglob("*.py")):
             d.update(f"\0file {p.relative_to(pkg).as_posix()}\0".encode())
             d.update(p.read_bytes())
-        env = sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")
-                     or k in ("IGLU_NP_VMATH", "IGLU_NP_CPU_VECTOR_BITS"))
-        d.update(repr((_version("numba"), _version("llvmlite"), np.__version__, sys.version,
-                       env, _host())).encode())
+        env = sorted(
+            (k, v)
+            for k, v in os.environ.items()
+            if k.startswith("NUMBA_") or k in ("IGLU_NP_VMATH", "IGLU_NP_CPU_VECTOR_BITS")
+        )
+        d.update(
+            repr(
+                (_version("numba"), _version("llvmlite"), np.__version__, sys.version, env, _host())
+            ).encode()
+        )
         k = _state["key"] = d.hexdigest()[:16]
     return k
 
@@ -153,9 +164,19 @@ def _from_func_and_data():
         # PyUFunc_API[1] is PyUFunc_FromFuncAndData (numpy's __ufunc_api.h, every 1.x/2.x)
         addr = ctypes.c_void_p.from_address(table + ctypes.sizeof(ctypes.c_void_p)).value
         c = ctypes
-        f = _state["mkufunc"] = c.PYFUNCTYPE(c.py_object, c.c_void_p, c.c_void_p, c.c_char_p,
-                                             c.c_int, c.c_int, c.c_int, c.c_int, c.c_char_p,
-                                             c.c_char_p, c.c_int)(addr)
+        f = _state["mkufunc"] = c.PYFUNCTYPE(
+            c.py_object,
+            c.c_void_p,
+            c.c_void_p,
+            c.c_char_p,
+            c.c_int,
+            c.c_int,
+            c.c_int,
+            c.c_int,
+            c.c_char_p,
+            c.c_char_p,
+            c.c_int,
+        )(addr)
     return f
 
 
@@ -168,8 +189,11 @@ def load(file: Path, ufunc_name: str, nin: int):
         return None
     from ._cache_report import cache_problem
 
-    body = raw[len(MAGIC) + _DIGEST:]
-    if not raw.startswith(MAGIC) or hashlib.sha256(body).digest() != raw[len(MAGIC):len(MAGIC) + _DIGEST]:
+    body = raw[len(MAGIC) + _DIGEST :]
+    if (
+        not raw.startswith(MAGIC)
+        or hashlib.sha256(body).digest() != raw[len(MAGIC) : len(MAGIC) + _DIGEST]
+    ):
         cache_problem(file.parent, f"skipped the damaged entry {file.name} and compiled it again")
         return None
     with _lock:
@@ -187,7 +211,8 @@ def load(file: Path, ufunc_name: str, nin: int):
             if any(not ll.address_of_symbol(s) for lp in loops for s in lp["undefined"]):
                 return None  # linking would abort the process: use Numba's path
             tm = ll.Target.from_default_triple().create_target_machine(
-                cpu=host[1], features=host[2], reloc="default", codemodel="jitdefault")
+                cpu=host[1], features=host[2], reloc="default", codemodel="jitdefault"
+            )
             ptrs = []
             for lp in loops:
                 # one engine per loop: the two dtypes' objects may define the same helper
@@ -206,11 +231,14 @@ def load(file: Path, ufunc_name: str, nin: int):
             doc = rec.get("doc", "").encode()
             _keep.extend((funcs, data, types, name, doc))
             # identity -1: PyUFunc_None, as Numba's vectorize gives
-            return make(ctypes.addressof(funcs), ctypes.addressof(data), types,
-                                         n, nin, 1, -1, name, doc, 0)
+            return make(
+                ctypes.addressof(funcs), ctypes.addressof(data), types, n, nin, 1, -1, name, doc, 0
+            )
         except Exception as e:  # noqa: BLE001  (anything unexpected: Numba's path)
-            cache_problem(file.parent, f"could not load {file.name} ({type(e).__name__}: {e}); "
-                                       "compiled it again")
+            cache_problem(
+                file.parent,
+                f"could not load {file.name} ({type(e).__name__}: {e}); compiled it again",
+            )
             return None
 
 
@@ -226,12 +254,18 @@ def save(file: Path, nin: int, wrappers, doc: str = "") -> None:
         for info, sig in wrappers:
             lib = info.library
             mod = lib._final_module
-            undefined = [f.name for f in mod.functions
-                         if f.is_declaration and not f.name.startswith("llvm.")]
+            undefined = [
+                f.name for f in mod.functions if f.is_declaration and not f.name.startswith("llvm.")
+            ]
             undefined += [g.name for g in mod.global_variables if g.is_declaration]
-            loops.append({"symbol": info.name, "object": bytes(lib._get_compiled_object()),
-                          "undefined": undefined,
-                          "types": [np.dtype(str(a)).num for a in (*sig.args, sig.return_type)]})
+            loops.append(
+                {
+                    "symbol": info.name,
+                    "object": bytes(lib._get_compiled_object()),
+                    "undefined": undefined,
+                    "types": [np.dtype(str(a)).num for a in (*sig.args, sig.return_type)],
+                }
+            )
         body = pickle.dumps({"host": _host(), "nin": nin, "loops": loops, "doc": doc}, protocol=4)
         tmp = file.with_name(f"{file.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(MAGIC + hashlib.sha256(body).digest() + body)

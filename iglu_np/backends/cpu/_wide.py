@@ -21,6 +21,7 @@ other code; Ice Lake and later barely do (Intel's documentation; on emeraldrapid
 exp times alike after our 512-bit and 256-bit loops). ``IGLU_NP_CPU_VECTOR_BITS=256`` (or
 ``512``) overrides the choice; so does naming ``prefer-256-bit`` in ``NUMBA_CPU_FEATURES``.
 """
+
 from __future__ import annotations
 
 import functools

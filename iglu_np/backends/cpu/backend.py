@@ -14,6 +14,7 @@ Contiguous bfloat16 operands take the float32 loops on blocks widened from their
 rounded back once (``run_bf16_<kind>``). This module is not part of the on-disk kernel
 cache key: editing it recompiles nothing.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,18 @@ from . import tiers
 from . import ufuncs as cpu
 from .tiers import set_min_size, set_threshold  # noqa: F401  (re-exported)
 
-__all__ = ["HOST_TYPES", "handles", "status", "ufunc", "fast_path", "run", "backward_params",
-           "backward_all", "set_threshold", "set_min_size"]
+__all__ = [
+    "HOST_TYPES",
+    "handles",
+    "status",
+    "ufunc",
+    "fast_path",
+    "run",
+    "backward_params",
+    "backward_all",
+    "set_threshold",
+    "set_min_size",
+]
 
 
 #: Operands this backend takes (memoryviews and pandas objects are unwrapped before).
@@ -46,9 +57,11 @@ def status():
     import numba
 
     loops = tiers._LOOPS or tiers._loops()
-    return True, (f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
-                  f"thread(s) from {tiers.THRESHOLD:,} elements, "
-                  f"{len(loops.plans)} loop(s) loaded, cache {cpu._gen_dir()}")
+    return True, (
+        f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
+        f"thread(s) from {tiers.THRESHOLD:,} elements, "
+        f"{len(loops.plans)} loop(s) loaded, cache {cpu._gen_dir()}"
+    )
 
 
 def ufunc(name: str, kind: str) -> np.ufunc:
@@ -150,7 +163,9 @@ def backward_params(act, data, params) -> dict:
         # Summed in float64 as the loops' block sums are: a float32 sum overflowed where
         # the gradient is finite (-3e38 - 3e38 + 3e38 gave -inf).
         with np.errstate(over="ignore"):
-            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape, _F64)).astype(cdt, copy=False)
+            res[p] = np.asarray(_unbroadcast(np.asarray(full), pshape, _F64)).astype(
+                cdt, copy=False
+            )
     return res
 
 
@@ -169,8 +184,10 @@ def backward_all(act, data, params, out):
     if any(_is_bf16(getattr(d, "dtype", None)) for d in data):
         return _backward_all_bf16(act, data, vals, cdt, out)
     res = _fused_backward(act, vals, cdt, out)
-    if res is not None or not (out is None or (type(out) is np.ndarray and out.dtype == cdt
-                                               and out.shape == np.shape(vals[0]))):
+    if res is not None or not (
+        out is None
+        or (type(out) is np.ndarray and out.dtype == cdt and out.shape == np.shape(vals[0]))
+    ):
         return res
     # Strided or broadcast operands: one pass over copies (several times faster than the
     # ufunc's scalar loop and numpy's sum on them), then out written from the result (x
@@ -253,8 +270,9 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
         for j, a in enumerate(vals[:n_data]):
             if a is not out and not np.may_share_memory(a, out):
                 continue
-            if a is not out and (a.__array_interface__["data"][0]
-                                 != out.__array_interface__["data"][0]):
+            if a is not out and (
+                a.__array_interface__["data"][0] != out.__array_interface__["data"][0]
+            ):
                 return None
             alias = j if alias is None else alias
         for p in ps:
@@ -266,8 +284,13 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     if tiers._parallel(xf.size):
         k = loops.kernel(act.name, kind, True, alias)
         tiers._ready(k, (*ins, True, *ps))
-        loops.launch(k, xf.size, lambda: k(*ins, True, *ps),
-                    lambda: loops.kernel(act.name, kind, False, alias)(*ins, False, *ps), xf.dtype.char)
+        loops.launch(
+            k,
+            xf.size,
+            lambda: k(*ins, True, *ps),
+            lambda: loops.kernel(act.name, kind, False, alias)(*ins, False, *ps),
+            xf.dtype.char,
+        )
     else:
         loops.kernel(act.name, kind, False, alias)(*ins, False, *ps)
     return o
@@ -293,8 +316,11 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
             data[i] = d = np.asarray(d)
         # float16, bfloat16 (or float32 beside float64) are cast in the buffers, as the
         # ufunc casts them
-        if (type(d) is not np.ndarray or (d.dtype.kind != "f" and not _is_bf16(d.dtype))
-                or not np.can_cast(d.dtype, cdt)):
+        if (
+            type(d) is not np.ndarray
+            or (d.dtype.kind != "f" and not _is_bf16(d.dtype))
+            or not np.can_cast(d.dtype, cdt)
+        ):
             return None
     x = data[0]
     if x.ndim == 0 or x.size < tiers.MIN_SIZE:
@@ -309,9 +335,11 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         shape = np.broadcast_shapes(*(d.shape for d in data))
     except ValueError:
         return None  # the ufunc's error
-    if out is not None and ((out.dtype.kind != "f" and not _is_bf16(out.dtype))
-                            or not np.can_cast(cdt, out.dtype, "same_kind")
-                            or out.shape != shape):
+    if out is not None and (
+        (out.dtype.kind != "f" and not _is_bf16(out.dtype))
+        or not np.can_cast(cdt, out.dtype, "same_kind")
+        or out.shape != shape
+    ):
         return None  # the ufunc's errors and casting rules
     loops = tiers._LOOPS or tiers._loops()
     loop = loops.plan(act.name, kind, cdt)[0]
@@ -320,7 +348,11 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         flags=["external_loop", "buffered", "zerosize_ok", "copy_if_overlap"],
         op_flags=[["readonly", "contig", "aligned"]] * n_data
         + [["writeonly", "allocate", "no_broadcast", "contig", "aligned"]],
-        op_dtypes=[cdt] * (n_data + 1), casting="same_kind", order="K", buffersize=BUFFER)
+        op_dtypes=[cdt] * (n_data + 1),
+        casting="same_kind",
+        order="K",
+        buffersize=BUFFER,
+    )
     # a float16/bfloat16 out is cast from the buffers (ml_dtypes flags a NaN's cast)
     with it, np.errstate(over="ignore", invalid="ignore"):
         for ch in it:
@@ -382,8 +414,13 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
     if tiers._parallel(n):
         k = loops.kernel(act.name, name, True)
         tiers._ready(k, (*ins, True, *ps))
-        loops.launch(k, n, lambda: k(*ins, True, *ps),
-                    lambda: loops.kernel(act.name, name, False)(*ins, False, *ps), dt.char)
+        loops.launch(
+            k,
+            n,
+            lambda: k(*ins, True, *ps),
+            lambda: loops.kernel(act.name, name, False)(*ins, False, *ps),
+            dt.char,
+        )
     else:
         loops.kernel(act.name, name, False)(*ins, False, *ps)
     return o
@@ -396,8 +433,9 @@ def _convert(which: str, src, dst) -> None:
     if tiers._parallel(n):
         k = loops.converter(which, True)
         tiers._ready(k, (src, dst))
-        loops.launch(k, n, lambda: k(src, dst), lambda: loops.converter(which, False)(src, dst),
-                    which)
+        loops.launch(
+            k, n, lambda: k(src, dst), lambda: loops.converter(which, False)(src, dst), which
+        )
     else:
         loops.converter(which, False)(src, dst)
 
@@ -412,8 +450,11 @@ def _widen_bf16(a):
         order = loops.axis_order(a)
         if order is not None:
             w = loops.empty_like_layout(a.shape, _F32, order)
-            _convert("widen", loops.mem_flat(a, order).view(np.uint16),
-                     loops.mem_flat(w, order).view(np.uint32))
+            _convert(
+                "widen",
+                loops.mem_flat(a, order).view(np.uint16),
+                loops.mem_flat(w, order).view(np.uint32),
+            )
             return w
     return a.astype(_F32)
 
@@ -440,8 +481,11 @@ def _backward_all_bf16(act, data, vals: list, cdt, out):
     floating operand is bfloat16 (float32 beside a float32 or float16 operand, as
     :func:`run`) or into ``out``; the parameter gradients float32. None where the loops
     do not apply (the dispatcher's two-pass path then gives the same results)."""
-    if out is not None and not (type(out) is np.ndarray and out.shape == np.shape(vals[0])
-                                and (out.dtype == _F32 or _is_bf16(out.dtype))):
+    if out is not None and not (
+        type(out) is np.ndarray
+        and out.shape == np.shape(vals[0])
+        and (out.dtype == _F32 or _is_bf16(out.dtype))
+    ):
         return None  # run's errors and casting rules
     wide = [_widen_bf16(d) for d in vals[:2]] + vals[2:]
     res = _fused_backward(act, wide, cdt, None)
@@ -497,9 +541,13 @@ def _laid_out_alike(vals: list, cdt):
     then the loops' (float64 blocks in memory order), where numpy's sums float32 in
     float32."""
     x, g = vals[0], vals[1]
-    if (type(x) is not np.ndarray or x.dtype != cdt or x.size < tiers.MIN_SIZE
-            or not isinstance(g, (np.ndarray, np.generic, float, int))
-            or any(isinstance(v, np.ndarray) and v.ndim > 0 for v in vals[2:])):
+    if (
+        type(x) is not np.ndarray
+        or x.dtype != cdt
+        or x.size < tiers.MIN_SIZE
+        or not isinstance(g, (np.ndarray, np.generic, float, int))
+        or any(isinstance(v, np.ndarray) and v.ndim > 0 for v in vals[2:])
+    ):
         return None
     try:
         shape = np.broadcast_shapes(np.shape(g), x.shape)
@@ -540,9 +588,13 @@ def _reduce_params(act, vals: list, cdt):
         elif tiers._parallel(n):
             k = loops.kernel(act.name, "sum_" + p, True)
             tiers._ready(k, (xf, gf, part, True, *ps))
-            loops.launch(k, n, lambda: k(xf, gf, part, True, *ps),
-                        lambda: loops.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
-                        xf.dtype.char)
+            loops.launch(
+                k,
+                n,
+                lambda: k(xf, gf, part, True, *ps),
+                lambda: loops.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps),
+                xf.dtype.char,
+            )
         else:
             loops.kernel(act.name, "sum_" + p, False)(xf, gf, part, False, *ps)
         res[p] = np.asarray(cdt.type(part.sum()))
@@ -573,9 +625,13 @@ def _fused_backward(act, vals: list, cdt, out):
     if tiers._parallel(n):
         k = loops.kernel(act.name, BWD_ALL, True)
         tiers._ready(k, (xf, gf, of, part, True, *ps))
-        loops.launch(k, n, lambda: k(xf, gf, of, part, True, *ps),
-                    lambda: loops.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
-                    xf.dtype.char)
+        loops.launch(
+            k,
+            n,
+            lambda: k(xf, gf, of, part, True, *ps),
+            lambda: loops.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps),
+            xf.dtype.char,
+        )
     else:
         loops.kernel(act.name, BWD_ALL, False)(xf, gf, of, part, False, *ps)
     grads = {p: np.asarray(cdt.type(part[i].sum())) for i, p in enumerate(act.param_names)}

@@ -6,6 +6,7 @@ kernels, and the fixed-block float64 reductions of the parameter gradients.
 Pure text from the spec: :mod:`.loops` executes it with the kernels, the helpers and its
 block constants bound as globals, and compiles the functions with Numba.
 """
+
 from __future__ import annotations
 
 
@@ -39,16 +40,18 @@ def _one_by_one(ind: str, xc: str, at: str, recompute) -> str:
     exact kernel runs on those elements alone, not on every lane of a vector
     (``examples/bench_vectorisation.py`` re-measures)."""
     i1, i2 = ind + "    ", ind + "        "
-    return (f"{ind}k = 0\n"
-            f"{ind}for i in range({xc}.size):\n"
-            f"{i1}k += 0 if _b_domain({xc}[i]{at}) else 1\n"
-            f"{ind}c -= k\n"
-            f"{ind}i = 0\n"
-            f"{ind}while k > 0:\n"
-            f"{i1}if not _b_domain({xc}[i]{at}):\n"
-            f"{recompute(i2)}"
-            f"{i2}k -= 1\n"
-            f"{i1}i += 1\n")
+    return (
+        f"{ind}k = 0\n"
+        f"{ind}for i in range({xc}.size):\n"
+        f"{i1}k += 0 if _b_domain({xc}[i]{at}) else 1\n"
+        f"{ind}c -= k\n"
+        f"{ind}i = 0\n"
+        f"{ind}while k > 0:\n"
+        f"{i1}if not _b_domain({xc}[i]{at}):\n"
+        f"{recompute(i2)}"
+        f"{i2}k -= 1\n"
+        f"{i1}i += 1\n"
+    )
 
 
 def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
@@ -67,12 +70,14 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
     arrs = ins_l + ([o] if o not in ins_l else [])
 
     def views(ind):
-        return ("".join(f"{ind}{a}b = {a}[s:e]\n" for a in arrs)
-                + "".join(f"{ind}pb_{p} = _param_slice(p_{p}, s, e)\n" for p in ps))
+        return "".join(f"{ind}{a}b = {a}[s:e]\n" for a in arrs) + "".join(
+            f"{ind}pb_{p} = _param_slice(p_{p}, s, e)\n" for p in ps
+        )
 
     def cviews(ind):
-        return ("".join(f"{ind}{a}c = {a}b[t:te]\n" for a in arrs)
-                + "".join(f"{ind}pc_{p} = _param_slice(pb_{p}, t, te)\n" for p in ps))
+        return "".join(f"{ind}{a}c = {a}b[t:te]\n" for a in arrs) + "".join(
+            f"{ind}pc_{p} = _param_slice(pb_{p}, t, te)\n" for p in ps
+        )
 
     at = _param_args(spec, "pb")
     atc = _param_args(spec, "pc")
@@ -107,18 +112,24 @@ def _bulk_body(spec, ins: str, key: str, o: str = "out") -> str:
         kernel and a chunk holding one the exact kernel throughout."""
         i2, i3, i4, i5 = (ind + " " * k for k in (4, 8, 12, 16))
         ob = f"{o}b"
-        clean = (f"{i3}continue\n" if after else
-                 f"{i3}for i in range({ob}.size):\n{i4}{ob}[i] = {fast}\n{i3}continue\n")
+        clean = (
+            f"{i3}continue\n"
+            if after
+            else f"{i3}for i in range({ob}.size):\n{i4}{ob}[i] = {fast}\n{i3}continue\n"
+        )
         # After the bulk loop only the elements outside are recomputed; in place a chunk
         # holding one runs the exact kernel throughout (nothing of it is written yet).
-        chunk = (_one_by_one(i3, "xc", atc, lambda i: f"{i}{o}c[i] = {exact_c}\n")
-                 + f"{i3}if c == 0:\n{i4}break\n" if after else
-                 f"{i3}ok = True\n"
-                 f"{i3}for i in range(xc.size):\n"
-                 f"{i4}ok &= _b_domain(xc[i]{atc})\n"
-                 f"{i3}if ok:\n"
-                 f"{i4}for i in range(xc.size):\n{i5}{o}c[i] = {fast_c}\n{i4}continue\n"
-                 f"{i3}for i in range(xc.size):\n{i4}{o}c[i] = {exact_c}\n")
+        chunk = (
+            _one_by_one(i3, "xc", atc, lambda i: f"{i}{o}c[i] = {exact_c}\n")
+            + f"{i3}if c == 0:\n{i4}break\n"
+            if after
+            else f"{i3}ok = True\n"
+            f"{i3}for i in range(xc.size):\n"
+            f"{i4}ok &= _b_domain(xc[i]{atc})\n"
+            f"{i3}if ok:\n"
+            f"{i4}for i in range(xc.size):\n{i5}{o}c[i] = {fast_c}\n{i4}continue\n"
+            f"{i3}for i in range(xc.size):\n{i4}{o}c[i] = {exact_c}\n"
+        )
         return (
             f"{ind}for s in range(0, n, DOMAIN_BLOCK):\n"
             f"{i2}e = min(s + DOMAIN_BLOCK, n)\n"
@@ -179,10 +190,9 @@ def _reduce_exact(spec, outs) -> str:
     ``_reduce_block_all``: x and g at most :data:`REDUCE_BLOCK` elements, scalar
     parameters): ``outs`` pairs buffers with spec keys, ``buf[i] = g[i] * kernel(x[i])``."""
     at = _param_args(spec)
-    return ("    for i in range(x.size):\n"
-            "        xi = x[i]\n"
-            "        gi = g[i]\n"
-            + "".join(f"        {b}[i] = gi * {_kernel_name(k)}(xi{at})\n" for b, k in outs))
+    return "    for i in range(x.size):\n        xi = x[i]\n        gi = g[i]\n" + "".join(
+        f"        {b}[i] = gi * {_kernel_name(k)}(xi{at})\n" for b, k in outs
+    )
 
 
 def _reduce_bulk(spec, outs) -> str:
@@ -196,38 +206,44 @@ def _reduce_bulk(spec, outs) -> str:
     at = _param_args(spec)
 
     def recompute(ind):
-        return (f"{ind}xi = xc[i]\n"
-                f"{ind}gi = g[t + i]\n"
-                + "".join(f"{ind}{b}[t + i] = gi * {_kernel_name(k)}(xi{at})\n" for b, k in outs))
+        return f"{ind}xi = xc[i]\n{ind}gi = g[t + i]\n" + "".join(
+            f"{ind}{b}[t + i] = gi * {_kernel_name(k)}(xi{at})\n" for b, k in outs
+        )
 
-    return ("    ok = True\n"
-            "    for i in range(x.size):\n"
-            "        xi = x[i]\n"
-            "        gi = g[i]\n"
-            + "".join(f"        {b}[i] = gi * _b_{k}(xi{at})\n" for b, k in outs)
-            + f"        ok &= _b_domain(xi{at})\n"
-            "    if not ok:\n"
-            "        for s in range(0, x.size, DOMAIN_BLOCK):\n"
-            "            e = min(s + DOMAIN_BLOCK, x.size)\n"
-            "            xb = x[s:e]\n"
-            "            c = 0\n"
-            "            for i in range(xb.size):\n"
-            f"                c += 0 if _b_domain(xb[i]{at}) else 1\n"
-            "            if c == 0:\n"
-            "                continue\n"
-            "            for t in range(s, e, DOMAIN_CHUNK):\n"
-            "                xc = x[t:min(t + DOMAIN_CHUNK, e)]\n"
-            + _one_by_one("                ", "xc", at, recompute)
-            + "                if c == 0:\n"
-            "                    break\n")
+    return (
+        "    ok = True\n"
+        "    for i in range(x.size):\n"
+        "        xi = x[i]\n"
+        "        gi = g[i]\n"
+        + "".join(f"        {b}[i] = gi * _b_{k}(xi{at})\n" for b, k in outs)
+        + f"        ok &= _b_domain(xi{at})\n"
+        "    if not ok:\n"
+        "        for s in range(0, x.size, DOMAIN_BLOCK):\n"
+        "            e = min(s + DOMAIN_BLOCK, x.size)\n"
+        "            xb = x[s:e]\n"
+        "            c = 0\n"
+        "            for i in range(xb.size):\n"
+        f"                c += 0 if _b_domain(xb[i]{at}) else 1\n"
+        "            if c == 0:\n"
+        "                continue\n"
+        "            for t in range(s, e, DOMAIN_CHUNK):\n"
+        "                xc = x[t:min(t + DOMAIN_CHUNK, e)]\n"
+        + _one_by_one("                ", "xc", at, recompute)
+        + "                if c == 0:\n"
+        "                    break\n"
+    )
 
 
 def _reduce_loop(spec, exact: str, bulk: str) -> str:
     """``bulk`` where the domain is not empty for these parameters and the dtype (0, with
     them, is in every such domain: see _bulk_body), else ``exact``."""
     at0 = "".join(f", _param_at(p_{p}, 0)" for p in spec.param_names)
-    return (f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
-            + _indent(exact) + "    else:\n" + _indent(bulk))
+    return (
+        f"    if x.size == 0 or not _b_domain(_zero(x){at0}):\n"
+        + _indent(exact)
+        + "    else:\n"
+        + _indent(bulk)
+    )
 
 
 def source(spec) -> str:
@@ -256,8 +272,7 @@ def source(spec) -> str:
             # in the loop and LLVM vectorises it with gathers/scatters (slower than scalar).
             sl = "".join(f"    {a} = {a}[lo:hi]\n" for a in ins_l + ["out"] * (j is None))
             sl += "".join(f"    p_{p} = _param_slice(p_{p}, lo, hi)\n" for p in ps)
-            body = (f"    for i in range({o}.size):\n"
-                    f"        {o}[i] = {expr}\n")
+            body = f"    for i in range({o}.size):\n        {o}[i] = {expr}\n"
             if key in spec.bulk:
                 body = _bulk_body(spec, ins, key, o)
             out.append(
@@ -274,10 +289,12 @@ def source(spec) -> str:
                 f"            loop_{kind}{sfx}({ins}{oarg}, 0 if b == 0 else lo,"
                 f" min(lo + TASK_BLOCK, n){pa})\n"
                 f"    else:\n"
-                + (f"        for lo in range(0, n, TASK_BLOCK):\n"
-                   f"            loop_{kind}{sfx}({ins}{oarg}, lo, min(lo + TASK_BLOCK, n){pa})\n"
-                   if key in spec.bulk else
-                   f"        loop_{kind}{sfx}({ins}{oarg}, 0, n{pa})\n")
+                + (
+                    f"        for lo in range(0, n, TASK_BLOCK):\n"
+                    f"            loop_{kind}{sfx}({ins}{oarg}, lo, min(lo + TASK_BLOCK, n){pa})\n"
+                    if key in spec.bulk
+                    else f"        loop_{kind}{sfx}({ins}{oarg}, 0, n{pa})\n"
+                )
             )
     for p in ps:
         body = _reduce_exact(spec, [("buf", p)])
@@ -316,9 +333,14 @@ def source(spec) -> str:
             # faster where they are alike (elu, squareplus), and where the domain is
             # empty (xielu float64: the one exact loop, as without bulk kernels). The asv
             # BackwardAll benchmark re-measures.
-            body = _reduce_loop(spec, body, "".join(
-                (_reduce_bulk if k in spec.bulk else _reduce_exact)(spec, [(b, k)])
-                for b, k in outs))
+            body = _reduce_loop(
+                spec,
+                body,
+                "".join(
+                    (_reduce_bulk if k in spec.bulk else _reduce_exact)(spec, [(b, k)])
+                    for b, k in outs
+                ),
+            )
         out.append(
             f"def _reduce_block_all(x, g, o, part, b, n{pa}):\n"
             f"    lo = b * REDUCE_BLOCK\n"
@@ -344,8 +366,10 @@ def source(spec) -> str:
         # results rounded once into out. A block is read whole before its part of out is
         # written, so out may be x or g itself.
         ins_l = ins.split(", ")
-        wide = "".join(f"    {a}w = np.empty(BF16_BLOCK, np.uint32)\n"
-                       f"    _widen({a}[lo:hi], {a}w[:m])\n" for a in ins_l)
+        wide = "".join(
+            f"    {a}w = np.empty(BF16_BLOCK, np.uint32)\n    _widen({a}[lo:hi], {a}w[:m])\n"
+            for a in ins_l
+        )
         fl = ", ".join(f"{a}w.view(np.float32)" for a in ins_l)
         out.append(
             f"def _bf16_block_{kind}({ins}, out, b, n{pa}):\n"

@@ -25,6 +25,7 @@ sums into a per-block slot, and the block sums are added in order at the end. Th
 layout does not depend on the thread count, so the result does not either, and no
 elementwise temporary is allocated.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,10 @@ from numba.extending import overload
 from ... import _forksafe
 from ..._kinds import BWD_ALL, Kind
 from ..._spec import REGISTRY
-from . import _cache, _wide, ufuncs as cpu
-from .loop_source import source as _source, variant
+from . import _cache, _wide
+from . import ufuncs as cpu
+from .loop_source import source as _source
+from .loop_source import variant
 
 __all__ = ["kernel", "plan", "plans", "launch", "axis_order", "mem_flat", "empty_like_layout"]
 
@@ -101,8 +104,9 @@ def _serialised_saves(disp):
 
 def _njit(fn, cache=_CACHE, **opts):
     # numba.njit(fn, cache=cache, **_JIT, **opts), on the loops' own target (_wide)
-    disp = _wide.njit_target()(py_func=fn, locals={},
-                               targetoptions=dict(nopython=True, boundscheck=None, **_JIT, **opts))
+    disp = _wide.njit_target()(
+        py_func=fn, locals={}, targetoptions=dict(nopython=True, boundscheck=None, **_JIT, **opts)
+    )
     if cache:
         _cache.enable(disp)  # Numba's on-disk cache, surviving damaged entries
     return _serialised_saves(disp)
@@ -142,8 +146,6 @@ def _zero(a):
 def _ov_zero(a):
     dt = a.dtype
     return lambda a: dt(0.0)
-
-
 
 
 @numba.njit(inline="always", cache=_CACHE, **_JIT)
@@ -250,14 +252,6 @@ def converter(which: str, parallel: bool):
     return k
 
 
-
-
-
-
-
-
-
-
 _mods: dict = {}
 _kernels: dict = {}
 
@@ -278,11 +272,26 @@ def _module(spec):
         mod = types.ModuleType(modname)
         mod.__file__ = str(path)
         ns = mod.__dict__
-        ns.update(np=np, prange=numba.prange, _param_at=_param_at, _param_slice=_param_slice,
-                  _zero=_zero, _lanesum=_lanesum, _skew=_skew, TASK_BLOCK=TASK_BLOCK,
-                  BF16_BLOCK=BF16_BLOCK, _widen=_widen, _narrow=_narrow,
-                  REDUCE_BLOCK=REDUCE_BLOCK, DOMAIN_BLOCK=DOMAIN_BLOCK, MAX_OUTSIDE=MAX_OUTSIDE,
-                  DOMAIN_CHUNK=DOMAIN_CHUNK, _same=_same, _f=scalar["_f"], _dx=scalar["_dx"])
+        ns.update(
+            np=np,
+            prange=numba.prange,
+            _param_at=_param_at,
+            _param_slice=_param_slice,
+            _zero=_zero,
+            _lanesum=_lanesum,
+            _skew=_skew,
+            TASK_BLOCK=TASK_BLOCK,
+            BF16_BLOCK=BF16_BLOCK,
+            _widen=_widen,
+            _narrow=_narrow,
+            REDUCE_BLOCK=REDUCE_BLOCK,
+            DOMAIN_BLOCK=DOMAIN_BLOCK,
+            MAX_OUTSIDE=MAX_OUTSIDE,
+            DOMAIN_CHUNK=DOMAIN_CHUNK,
+            _same=_same,
+            _f=scalar["_f"],
+            _dx=scalar["_dx"],
+        )
         ns.update({k: v for k, v in scalar.items() if k.startswith("_b_")})
         for p in spec.param_names:
             ns["_d_" + p] = scalar["_d_" + p]
@@ -338,8 +347,9 @@ def _serial_copy(fn):
     array through cpu_backend._run_loops, or the busy-machine guard's fallback) would
     leave every later process a serial "threaded" kernel, about half as fast on two
     threads (tests/test_cache_key.py checks that the two builds stay apart)."""
-    g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
-                           fn.__defaults__, fn.__closure__)
+    g = types.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__
+    )
     g.__qualname__ = fn.__qualname__ + "_serial"
     g.__module__ = fn.__module__
     return g
@@ -367,8 +377,13 @@ def plan(name: str, kind: str, dt: np.dtype, alias=None, cached_only: bool = Fal
         t = numba.from_dtype(dt)
         arr = nbt.Array(t, 1, "C")
         ins = (arr,) * Kind.parse(kind).n_data
-        sig = (*ins, *((arr,) if alias is None else ()), nbt.intp, nbt.intp,
-               *([t] * len(spec.param_names)))
+        sig = (
+            *ins,
+            *((arr,) if alias is None else ()),
+            nbt.intp,
+            nbt.intp,
+            *([t] * len(spec.param_names)),
+        )
         loop = getattr(_module(spec), f"loop_{kind}{variant(alias)}")
         if cached_only and sig not in loop.overloads and not _on_disk(loop, sig):
             return None

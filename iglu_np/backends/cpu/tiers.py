@@ -18,6 +18,7 @@ threads; the threaded build is compiled by the first such call, with the single-
 one. No call after the first of its kind, dtype and size class compiles. This module is
 not part of the on-disk kernel cache key: editing it recompiles nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -111,8 +112,11 @@ def _loops():
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
     """Two arrays over exactly the same elements in the same order (elementwise aliasing
     is safe then; any other overlap needs numpy's buffering)."""
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.strides == b.strides and a.shape == b.shape)
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+        and a.shape == b.shape
+    )
 
 
 # --------------------------------------------------------------------------- fast path
@@ -145,8 +149,11 @@ def fast(act, kind, data, params, out):
         if type(g) is not np.ndarray or g.dtype is not dt or g.shape != shape:
             return None
         fl = g.flags
-        if not ((fl.c_contiguous and fl.aligned) if order is None else
-                (fl.aligned and _LOOPS.mem_flat(g, order) is not None)):
+        if not (
+            (fl.c_contiguous and fl.aligned)
+            if order is None
+            else (fl.aligned and _LOOPS.mem_flat(g, order) is not None)
+        ):
             return None
     if params:
         vals = _values(act, params)  # validates; raises the usual errors
@@ -165,8 +172,11 @@ def fast(act, kind, data, params, out):
         if type(out) is not np.ndarray or out.dtype is not dt or out.shape != shape:
             return None
         fl = out.flags
-        if not ((fl.c_contiguous and fl.aligned and fl.writeable) if order is None else
-                (fl.aligned and fl.writeable and _LOOPS.mem_flat(out, order) is not None)):
+        if not (
+            (fl.c_contiguous and fl.aligned and fl.writeable)
+            if order is None
+            else (fl.aligned and fl.writeable and _LOOPS.mem_flat(out, order) is not None)
+        ):
             return None
         # Each operand on its own: out may be exactly x (or g), elementwise that is
         # safe; any other overlap (a shifted view) goes to numpy's buffered path. Arrays
@@ -240,8 +250,9 @@ def fast(act, kind, data, params, out):
     if key not in _threaded:
         _ready(par_kernel, (*ins, True, *tv))
         _threaded.add(key)
-    fast.launch(par_kernel, n, lambda: par_kernel(*ins, True, *tv),
-                lambda: loop(*ins, 0, n, *vals), dt.char)
+    fast.launch(
+        par_kernel, n, lambda: par_kernel(*ins, True, *tv), lambda: loop(*ins, 0, n, *vals), dt.char
+    )
     return o
 
 

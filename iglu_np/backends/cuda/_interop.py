@@ -7,6 +7,7 @@ go back to torch through an int16 DLPack view (a dtype every CuPy exports), view
 torch.bfloat16 again. Nothing here imports cupy, torch, JAX or ml_dtypes before a call
 needs them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,8 +40,9 @@ def _bf16_dtype():
     try:
         import ml_dtypes
     except ImportError:
-        raise TypeError("bfloat16 arrays on the GPU need ml_dtypes (pip install ml_dtypes) "
-                        "and CuPy >= 14") from None
+        raise TypeError(
+            "bfloat16 arrays on the GPU need ml_dtypes (pip install ml_dtypes) and CuPy >= 14"
+        ) from None
     return np.dtype(ml_dtypes.bfloat16)
 
 
@@ -82,5 +84,7 @@ def to_jax(res):
         except Exception:  # a CuPy whose DLPack export does not know bfloat16
             import jax.numpy as jnp
 
-            return jax.lax.bitcast_convert_type(jax.dlpack.from_dlpack(res.view(np.int16)), jnp.bfloat16)
+            return jax.lax.bitcast_convert_type(
+                jax.dlpack.from_dlpack(res.view(np.int16)), jnp.bfloat16
+            )
     return jax.dlpack.from_dlpack(res)

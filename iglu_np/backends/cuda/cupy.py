@@ -29,6 +29,7 @@ time for float32, 3x for float16), a vector RawKernel does.
 
 cupy is imported only when a CuPy array shows up (or ``backend="cupy"`` is asked for).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,12 +44,21 @@ from ..._dtypes import beyond_f32 as _beyond_f32
 from ..._dtypes import is_bf16 as _is_bf16
 from ..._kinds import BWD_ALL
 from ..._params import values as _values
-from . import _interop
-from ..codegen import cxx
 from .._call import Target, prepare
+from ..codegen import cxx
+from . import _interop
 
-__all__ = ["handles", "status", "run", "backward_params", "backward_all", "fast_path",
-           "get_kernel", "get_vector_kernel", "vector_plan"]
+__all__ = [
+    "handles",
+    "status",
+    "run",
+    "backward_params",
+    "backward_all",
+    "fast_path",
+    "get_kernel",
+    "get_vector_kernel",
+    "vector_plan",
+]
 
 THREADS = 256
 BLOCKS_PER_SM = 32
@@ -67,7 +77,10 @@ def status():
     try:
         import cupy
     except ImportError:
-        return False, "cupy not installed (pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout)"
+        return (
+            False,
+            "cupy not installed (pip install '.[cuda12]' or '.[cuda13]' in the iglu_np checkout)",
+        )
     except Exception as e:  # a broken install (wrong CUDA major) raises other errors
         return False, f"cupy fails to import ({type(e).__name__}: {e})"
     ver = cupy.__version__
@@ -96,8 +109,9 @@ def get_kernel(name: str, kind: str, compute):
     def build():
         ks = cxx.kernel_source(REGISTRY[name], kind, compute)
         _keep_subnormals()
-        return cupy.ElementwiseKernel(ks.in_params, ks.out_params, ks.body, ks.name,
-                                      preamble=ks.preamble, options=OPTIONS)
+        return cupy.ElementwiseKernel(
+            ks.in_params, ks.out_params, ks.body, ks.name, preamble=ks.preamble, options=OPTIONS
+        )
 
     return _memo((cupy.cuda.Device().id, name, kind, compute.name), build)
 
@@ -121,8 +135,10 @@ def get_vector_kernel(name: str, kind: str, data_dtype):
     from ..._spec import REGISTRY
 
     ddt = np.dtype(data_dtype)
-    return _memo(("vec", cupy.cuda.Device().id, name, kind, ddt.name),
-                 lambda: _raw(cupy, cxx.vector_kernel_source(REGISTRY[name], kind, ddt)))
+    return _memo(
+        ("vec", cupy.cuda.Device().id, name, kind, ddt.name),
+        lambda: _raw(cupy, cxx.vector_kernel_source(REGISTRY[name], kind, ddt)),
+    )
 
 
 def _raw(cupy, vs):
@@ -217,8 +233,10 @@ def _blocks(n, lanes, cap) -> int:
 
 def _fused_kernel(cupy, act, ddt):
     """The memoised (RawKernel, lanes) of the fused backward for the current device."""
-    return _memo((BWD_ALL, cupy.cuda.Device().id, act.name, ddt.name),
-                 lambda: _raw(cupy, cxx.fused_backward_source(act.spec, ddt)))
+    return _memo(
+        (BWD_ALL, cupy.cuda.Device().id, act.name, ddt.name),
+        lambda: _raw(cupy, cxx.fused_backward_source(act.spec, ddt)),
+    )
 
 
 def _overlaps(cupy, o, operands) -> bool:
@@ -266,8 +284,10 @@ def _check_bf16(cupy, name):
     except ValueError:
         return
     if major < 14:
-        raise TypeError(f"{name}: bfloat16 arrays need CuPy >= 14 (with ml_dtypes) for the cupy "
-                        f"backend, found CuPy {cupy.__version__}; upgrade cupy or pass float16/float32")
+        raise TypeError(
+            f"{name}: bfloat16 arrays need CuPy >= 14 (with ml_dtypes) for the cupy "
+            f"backend, found CuPy {cupy.__version__}; upgrade cupy or pass float16/float32"
+        )
 
 
 _targets: dict = {}  # cupy module -> its Target
@@ -276,6 +296,7 @@ _targets: dict = {}  # cupy module -> its Target
 def _target(cupy) -> Target:
     t = _targets.get(cupy)
     if t is None:
+
         def device_param(v):
             d = _as_cupy(cupy, v)
             return d, cupy.asnumpy(d)
@@ -291,9 +312,15 @@ def _target(cupy) -> Target:
             return _as_cupy(cupy, v)
 
         t = _targets[cupy] = Target(
-            "cupy", data=as_cupy, device=_is_device, host_hint="use cupy.asarray",
-            device_param=device_param, param=param, out=as_cupy,
-            out_what="a device array for the cupy backend")
+            "cupy",
+            data=as_cupy,
+            device=_is_device,
+            host_hint="use cupy.asarray",
+            device_param=device_param,
+            param=param,
+            out=as_cupy,
+            out_what="a device array for the cupy backend",
+        )
     return t
 
 
@@ -531,12 +558,21 @@ def _thin(cupy):
         g = None
         if len(data) == 2:
             g = data[1]
-            if (type(g) is not nd or g.dtype is not dt or not g._c_contiguous or g.data.ptr % vb
-                    or g.shape != shape):
+            if (
+                type(g) is not nd
+                or g.dtype is not dt
+                or not g._c_contiguous
+                or g.data.ptr % vb
+                or g.shape != shape
+            ):
                 return None
         if out is not None:
-            if (type(out) is not nd or out.dtype is not dt or not out._c_contiguous
-                    or out.shape != shape):
+            if (
+                type(out) is not nd
+                or out.dtype is not dt
+                or not out._c_contiguous
+                or out.shape != shape
+            ):
                 return None
             po = out.data.ptr
             if po % vb:

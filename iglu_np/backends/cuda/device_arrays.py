@@ -11,6 +11,7 @@ place. Only when cupy is importable: without it such arrays go to the Numba CUDA
 bfloat16 tensors (torch.bfloat16, JAX's bfloat16) become CuPy arrays of
 ``ml_dtypes.bfloat16`` and back (:mod:`iglu_np.backends.cuda._interop`).
 """
+
 from __future__ import annotations
 
 from ._interop import bf16_to_cupy, is_bf16_array, to_jax, to_torch
@@ -55,7 +56,10 @@ def status():
         return False, "cupy not installed: torch/JAX CUDA arrays go to numba_cuda"
     except Exception as e:
         return False, f"cupy fails to import ({type(e).__name__}: {e})"
-    return True, "torch/JAX/__cuda_array_interface__ CUDA arrays through the CuPy kernels, zero-copy"
+    return (
+        True,
+        "torch/JAX/__cuda_array_interface__ CUDA arrays through the CuPy kernels, zero-copy",
+    )
 
 
 def _to_cupy(cupy, a):
@@ -86,7 +90,9 @@ def _args(cupy, data, params, out):
     cparams = {k: _to_cupy(cupy, v) for k, v in params.items()}
     cout = None
     if out is not None:
-        cout = tuple(_to_cupy(cupy, o) for o in out) if isinstance(out, tuple) else _to_cupy(cupy, out)
+        cout = (
+            tuple(_to_cupy(cupy, o) for o in out) if isinstance(out, tuple) else _to_cupy(cupy, out)
+        )
     return cdata, cparams, cout
 
 

@@ -12,6 +12,7 @@
 
 ``IGLU_NP_CUDA_TOOLCHAIN=numba-cuda`` or ``=numba-cuda-mlir`` forces one.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -52,8 +53,10 @@ def problem(toolchain: str | None = None) -> str | None:
     toolchain = toolchain or choose()
     if toolchain == MLIR:
         if not _installed("numba_cuda_mlir"):
-            return (f"{_ENV}={MLIR} but numba-cuda-mlir is not installed: "
-                    "pip install '.[cuda13]' (or '.[cuda12]') in the iglu_np checkout")
+            return (
+                f"{_ENV}={MLIR} but numba-cuda-mlir is not installed: "
+                "pip install '.[cuda13]' (or '.[cuda12]') in the iglu_np checkout"
+            )
         return None
     if not _installed("numba_cuda"):
         return "neither numba-cuda-mlir nor numba-cuda is installed: pip install '.[cuda13]' (or '.[cuda12]') in the iglu_np checkout"
@@ -64,9 +67,11 @@ def problem(toolchain: str | None = None) -> str | None:
             ver = version("numba-cuda")
         except PackageNotFoundError:
             ver = "?"
-        return (f"numba-cuda {ver} cannot compile kernels on numpy {np.__version__}: it overloads "
-                "numpy.row_stack, which numpy 2.5 removed, and is in maintenance mode. Install its "
-                "successor numba-cuda-mlir (pip install '.[cuda13]' or '.[cuda12]' in the iglu_np checkout), or use numpy<2.5")
+        return (
+            f"numba-cuda {ver} cannot compile kernels on numpy {np.__version__}: it overloads "
+            "numpy.row_stack, which numpy 2.5 removed, and is in maintenance mode. Install its "
+            "successor numba-cuda-mlir (pip install '.[cuda13]' or '.[cuda12]' in the iglu_np checkout), or use numpy<2.5"
+        )
     return None
 
 

@@ -22,6 +22,7 @@ Everything a task carries pickles (activations pickle by name, the chunk functio
 module-level function), so graphs run on ``dask.distributed`` worker processes; each
 worker compiles the kernels or loads them from Numba's on-disk cache.
 """
+
 from __future__ import annotations
 
 import functools

@@ -11,6 +11,7 @@ Parameters may be scalars, numpy arrays (broadcast positionally against ``x.data
 ``DataArray`` parameter, a ``DataArray`` with that parameter's dims and coords; for other
 parameters, an array of the parameter's shape (numpy, or dask if the data is lazy).
 """
+
 from __future__ import annotations
 
 import functools
@@ -87,8 +88,9 @@ def backward_params(act, data, params) -> dict:
             # Accumulated in float64 as on numpy (a float32 sum overflows where the
             # gradient is finite), then rounded once to the compute dtype.
             with np.errstate(over="ignore"):  # beyond float32's range rounds to inf
-                red = full.sum(dim=[d for d in full.dims if d not in pv.dims], skipna=False,
-                               dtype=np.float64).astype(full.dtype)
+                red = full.sum(
+                    dim=[d for d in full.dims if d not in pv.dims], skipna=False, dtype=np.float64
+                ).astype(full.dtype)
             red = red.transpose(*pv.dims).rename(p)
             red.attrs = {}  # x's attributes (units ...) do not describe a gradient in p
             res[p] = red

@@ -44,6 +44,7 @@ torch (zero-copy wrappers), else Numba device arrays.
 Nothing here imports numba.cuda before it is needed: ``handles`` and ``status`` work
 without it.
 """
+
 from . import _arrays, _compile, _device_functions, _discovery, _run, _sources, _thin_path
 from ._arrays import collapse
 from ._compile import compile_ptx, offline_device, pointer_signature, signature
@@ -52,9 +53,29 @@ from ._discovery import BLOCKS_PER_SM, THREADS, handles, simulator, status
 from ._run import backward_all, backward_params, run
 from ._sources import kernel_python, lanes
 
-__all__ = ["handles", "status", "run", "backward_params", "backward_all", "device_function",
-           "kernel_python", "compile_ptx", "simulator", "signature", "pointer_signature",
-           "offline_device", "collapse", "lanes", "THREADS", "BLOCKS_PER_SM",
-           # the layers, for tests and tools that reach inside
-           "_arrays", "_compile", "_device_functions", "_discovery", "_run", "_sources",
-           "_thin_path"]
+__all__ = [
+    "handles",
+    "status",
+    "run",
+    "backward_params",
+    "backward_all",
+    "device_function",
+    "kernel_python",
+    "compile_ptx",
+    "simulator",
+    "signature",
+    "pointer_signature",
+    "offline_device",
+    "collapse",
+    "lanes",
+    "THREADS",
+    "BLOCKS_PER_SM",
+    # the layers, for tests and tools that reach inside
+    "_arrays",
+    "_compile",
+    "_device_functions",
+    "_discovery",
+    "_run",
+    "_sources",
+    "_thin_path",
+]

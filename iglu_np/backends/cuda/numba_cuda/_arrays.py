@@ -1,9 +1,9 @@
 """Device operands: CUDA array interface views at the broadcast shape, their streams and
 devices, the collapse of dimensions contiguous in every operand, launch sizes."""
+
 from __future__ import annotations
 
 import numpy as np
-
 
 from . import _discovery
 from ._discovery import BLOCKS_PER_SM, MIN_BLOCKS, SIM_THREADS, THREADS, _state
@@ -72,8 +72,14 @@ def _described(dev, shape=None, strides=None):
     interface property warns on Python 3.12 (int() of a CUstream_flags)."""
     shape = tuple(dev.shape) if shape is None else tuple(shape)
     strides = tuple(dev.strides) if strides is None else tuple(strides)
-    desc = {"shape": shape, "strides": strides, "typestr": np.dtype(dev.dtype).str,
-            "data": (dev.device_ctypes_pointer.value or 0, False), "version": 3, "stream": None}
+    desc = {
+        "shape": shape,
+        "strides": strides,
+        "typestr": np.dtype(dev.dtype).str,
+        "data": (dev.device_ctypes_pointer.value or 0, False),
+        "version": 3,
+        "stream": None,
+    }
     return _Described(desc, dev)
 
 

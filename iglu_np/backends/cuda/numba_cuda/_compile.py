@@ -1,9 +1,9 @@
 """Kernels compiled from the generated source: cuda.jit per signature, the raw-pointer
 vector kernels of the thin path, PTX for a target with no GPU, the cast kernel."""
+
 from __future__ import annotations
 
 import numpy as np
-
 
 from ...._kinds import BWD_ALL, Kind
 from ...._spec import REGISTRY
@@ -23,8 +23,12 @@ def _kernel_all(name, compute, ndim):
                 spec = REGISTRY[name]
                 cuda = _discovery._cuda()
                 fname, src = _source_all(spec, ndim)
-                g = {"cuda": cuda, "_COMPUTE": np.dtype(compute).type, "_ACC": np.float64,
-                     "_BLOCK": SIM_THREADS if _discovery.simulator() else THREADS}
+                g = {
+                    "cuda": cuda,
+                    "_COMPUTE": np.dtype(compute).type,
+                    "_ACC": np.float64,
+                    "_BLOCK": SIM_THREADS if _discovery.simulator() else THREADS,
+                }
                 scal = (False,) * len(spec.params)
                 _bind(g, spec, "dx", scal, "_fn", "_prep")
                 for j, p in enumerate(spec.param_names):
@@ -79,8 +83,12 @@ def _pointer_kernel(name, kind, compute, data_dtype):
             k = _state.get(key)
             if k is None:
                 spec = REGISTRY[name]
-                py = kernel_python(name, kind, compute, (False,) * len(spec.params), 1, None, data_dtype)
-                k = _state[key] = _discovery._cuda().jit(pointer_signature(name, kind, compute, data_dtype))(py)
+                py = kernel_python(
+                    name, kind, compute, (False,) * len(spec.params), 1, None, data_dtype
+                )
+                k = _state[key] = _discovery._cuda().jit(
+                    pointer_signature(name, kind, compute, data_dtype)
+                )(py)
     return k
 
 
@@ -105,28 +113,36 @@ def signature(name, kind, dtype, arrays=None, ndim=1, data_dtype=None, scalar_su
     if kd.op == "sum":
         k = spec.param_names.index(kd.param)
         ss = (not arrays[k]) if scalar_sum is None else scalar_sum
-        args.append(types.Array(types.float64, 1, "C") if ss else types.Array(types.float64, ndim, "A"))
+        args.append(
+            types.Array(types.float64, 1, "C") if ss else types.Array(types.float64, ndim, "A")
+        )
     else:
         args.append(types.Array(dt, ndim, lay))
     return types.void(*args)
 
 
-def compile_ptx(name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None, vector=False,
-                pointers=False):
+def compile_ptx(
+    name, kind, dtype, cc=(9, 0), arrays=None, ndim=1, data_dtype=None, vector=False, pointers=False
+):
     """PTX of a kernel for compute capability ``cc``; works without a GPU with numba-cuda
     (and its NVVM wheel, e.g. ``numba-cuda[cu13]``). Its signatures are Numba-core types,
     which numba-cuda-mlir does not take (and 0.6 needs a GPU to compile anyway).
     ``vector``: the vector form (1-D C-contiguous arrays, or raw pointers with
     ``pointers``: what a launch of :func:`_pointer_kernel` runs)."""
     if _discovery._mlir():
-        raise RuntimeError("compile_ptx needs numba-cuda (IGLU_NP_CUDA_TOOLCHAIN=numba-cuda): "
-                           "numba-cuda-mlir takes its own signature types and needs a GPU")
+        raise RuntimeError(
+            "compile_ptx needs numba-cuda (IGLU_NP_CUDA_TOOLCHAIN=numba-cuda): "
+            "numba-cuda-mlir takes its own signature types and needs a GPU"
+        )
     cuda = _discovery._cuda()
     if vector:
         ddt = np.dtype(data_dtype or dtype)
         py = kernel_python(name, kind, dtype, arrays, 1, None, ddt)
-        sig = (pointer_signature(name, kind, dtype, ddt) if pointers
-               else signature(name, kind, dtype, arrays, 1, ddt))
+        sig = (
+            pointer_signature(name, kind, dtype, ddt)
+            if pointers
+            else signature(name, kind, dtype, arrays, 1, ddt)
+        )
     else:
         py = kernel_python(name, kind, dtype, arrays, ndim)
         sig = signature(name, kind, dtype, arrays, ndim, data_dtype)

@@ -1,14 +1,13 @@
 """The specs' scalar kernels as CUDA device functions: the Rebinder for the CUDA target,
 _vmath's fma and Horner intrinsics bound to their CUDA forms."""
+
 from __future__ import annotations
 
 import math
 
-
 from ...._spec import REGISTRY
 from . import _discovery
 from ._discovery import _lock, _state
-
 
 # --------------------------------------------------------------------------- device functions
 _CUDA_FMA = """
@@ -101,16 +100,29 @@ def _horner_overload():
 
     @overload(horner_unrolled, target="cuda")
     def _ol(v, coeffs):
-        if not isinstance(v, types.Float) or not isinstance(coeffs, types.BaseTuple) or len(coeffs) == 0:
+        if (
+            not isinstance(v, types.Float)
+            or not isinstance(coeffs, types.BaseTuple)
+            or len(coeffs) == 0
+        ):
             return None
         n = len(coeffs)
         impl = impls.get(n)
         if impl is None:
-            lines = ["def horner_unrolled_impl(v, coeffs):", "    T = type(v)", f"    r = T(coeffs[{n - 1}])"]
+            lines = [
+                "def horner_unrolled_impl(v, coeffs):",
+                "    T = type(v)",
+                f"    r = T(coeffs[{n - 1}])",
+            ]
             lines += [f"    r = r * v + T(coeffs[{k}])" for k in range(n - 2, -1, -1)]
             lines.append("    return r")
             g = {}
-            exec(compile("\n".join(lines) + "\n", f"<iglu_np.backends.cuda.numba_cuda horner{n}>", "exec"), g)
+            exec(
+                compile(
+                    "\n".join(lines) + "\n", f"<iglu_np.backends.cuda.numba_cuda horner{n}>", "exec"
+                ),
+                g,
+            )
             impl = impls[n] = g["horner_unrolled_impl"]
         return impl
 
@@ -127,7 +139,11 @@ def _rebinder():
         # Inlined by NVVM (forceinline), not in Numba's IR (inline="always"): the IR
         # inliner deep-copies a callee's whole call tree at every call site, which makes
         # xIELU's backward kernel take minutes to compile instead of about a second. The simulator runs Python and takes neither option.
-        dev = cuda.jit(device=True) if _discovery.simulator() else cuda.jit(device=True, forceinline=True)
+        dev = (
+            cuda.jit(device=True)
+            if _discovery.simulator()
+            else cuda.jit(device=True, forceinline=True)
+        )
         if _discovery.simulator():
             # The simulator runs the Python (two_prod's fma exactly, in fractions), and
             # _vmath's bit intrinsics cannot run as Python, so libm's math there.
@@ -138,15 +154,19 @@ def _rebinder():
             import numba_cuda_mlir.numba_cuda as mlir_numba  # its own float64/int32 casts
 
             hor = _horner_overload()
-            rb = Rebinder(dev, {_math.horner: hor, _vmath.horner: hor,
-                                _math.fma: dev(_cuda_fma(cuda))}, numba_ns=mlir_numba)
+            rb = Rebinder(
+                dev,
+                {_math.horner: hor, _vmath.horner: hor, _math.fma: dev(_cuda_fma(cuda))},
+                numba_ns=mlir_numba,
+            )
         else:
             hor = _horner_intrinsic()
             # _vmath's intrinsics as copies of the CPU's own (_vmath._make_intrinsics says
             # why); _math.fma as on the CPU: llvm.fma, which NVVM emits as fma.rn
             overrides = _vmath.intrinsics_for_another_target()
-            overrides.update({_math.fma: overrides[_vmath._fma], _math.horner: hor,
-                              _vmath.horner: hor})
+            overrides.update(
+                {_math.fma: overrides[_vmath._fma], _math.horner: hor, _vmath.horner: hor}
+            )
             rb = Rebinder(dev, overrides, helper=_vmath_helper)
             rb.math_ns = _math_namespace(rb)
         _state["rebinder"] = rb

@@ -1,12 +1,11 @@
 """Whether Numba CUDA can run here, and the launch constants: nothing imports numba.cuda
 before :func:`_cuda` is called."""
+
 from __future__ import annotations
 
 import threading
 
-
 from .. import toolchain as cuda_toolchain
-
 
 THREADS = 256  # per block on a GPU; also the shared-memory size of the reduction
 SIM_THREADS = 8  # the simulator runs one Python thread per CUDA thread: keep it small
@@ -89,6 +88,9 @@ def status():
     if _mlir():
         import importlib.util
 
-        note = ("; broadcast or strided operands run the CuPy kernels" if importlib.util.find_spec("cupy")
-                else "; C-contiguous operands of the result's shape only (install cupy for the rest)")
+        note = (
+            "; broadcast or strided operands run the CuPy kernels"
+            if importlib.util.find_spec("cupy")
+            else "; C-contiguous operands of the result's shape only (install cupy for the rest)"
+        )
     return True, f"{ver}, {name} (compute capability {cc}){note}"

@@ -1,20 +1,30 @@
 """The Numba CUDA backend's calls: run, backward_params and backward_all, on the thin
 path where it applies, else through the general kernels (CuPy's where numba-cuda-mlir
 cannot compile the launch)."""
+
 from __future__ import annotations
 
 import math
 
-
 import numpy as np
 
-
-from ..._call import prepare, Target, unwrap_out
+from ..._call import Target, prepare, unwrap_out
 from .._interop import is_bf16_array
 from . import _discovery
 from ._arrays import (
-    _DATA_NAMES, _as_device, _broadcast_strides, _described, _device_ctx, _device_index,
-    _launch_dims, _like, _overlap, _pointer, _stream, _view, collapse,
+    _DATA_NAMES,
+    _as_device,
+    _broadcast_strides,
+    _described,
+    _device_ctx,
+    _device_index,
+    _launch_dims,
+    _like,
+    _overlap,
+    _pointer,
+    _stream,
+    _view,
+    collapse,
 )
 from ._compile import _cast_kernel, _kernel, _kernel_all
 from ._discovery import MIN_BLOCKS, handles
@@ -55,17 +65,24 @@ def backward_all(act, data, params, out):
         acc = cuda.to_device(np.zeros(len(vals), np.float64), stream=stream)
         n = math.prod(shape)
         if n:
-            strides = [_broadcast_strides(w, d, shape) for w, d in zip(("x", "grad_out", "out"), [*devs, odev])]
+            strides = [
+                _broadcast_strides(w, d, shape)
+                for w, d in zip(("x", "grad_out", "out"), [*devs, odev])
+            ]
             cshape, cstr = collapse(shape, strides)
             views = [_view(d, cshape, st) for d, st in zip([*devs, odev], cstr)]
             kern = _kernel_all(act.name, cdt, len(cshape))
             blocks, threads = _launch_dims(cuda, n)
-            kern[blocks, threads, stream](n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc)
+            kern[blocks, threads, stream](
+                n, views[0], views[1], *(cdt.type(v) for v in vals), views[2], acc
+            )
         sums = acc.copy_to_host(stream=stream)
         if stream is not None and hasattr(stream, "synchronize"):
             stream.synchronize()
-        grads = {p: _like(data[0], cuda.to_device(np.asarray(cdt.type(sums[k])), stream=stream))
-                 for k, p in enumerate(act.param_names)}
+        grads = {
+            p: _like(data[0], cuda.to_device(np.asarray(cdt.type(sums[k])), stream=stream))
+            for k, p in enumerate(act.param_names)
+        }
         return (out if out is not None else _like(data[0], odev)), grads
 
 
@@ -93,7 +110,8 @@ def _via_cupy(act, what, data, params, out=None, kind=None):
             f"{act.name}: with numba-cuda-mlir, the numba_cuda backend runs only C-contiguous "
             "operands of the result's shape (broadcast parameters and strided arrays gave wrong "
             "values with numba-cuda-mlir 0.6 on an H200): install cupy, which then runs them, "
-            "or pass contiguous arrays of the result's shape") from None
+            "or pass contiguous arrays of the result's shape"
+        ) from None
     from .. import cupy as cupy_backend
 
     def dev(a):
@@ -103,7 +121,10 @@ def _via_cupy(act, what, data, params, out=None, kind=None):
     cparams = {k: dev(v) if handles(v) else v for k, v in params.items()}
     with _cupy_context(cupy, data):
         if what == "backward_params":
-            return {k: _back(data[0], v) for k, v in cupy_backend.backward_params(act, cdata, cparams).items()}
+            return {
+                k: _back(data[0], v)
+                for k, v in cupy_backend.backward_params(act, cdata, cparams).items()
+            }
         res = cupy_backend.run(act, kind, cdata, cparams, None if out is None else dev(out))
         # (inside: a Numba view of res syncs on the stream the kernel ran on)
         return out if out is not None else _back(data[0], res)
@@ -165,13 +186,14 @@ def _refuse_bf16(act, *operands):
     """TypeError for bfloat16 operands: these kernels are typed for float16/32/64 only
     (Numba has no bfloat16 type to load and store); the CuPy backend computes bfloat16."""
     for what, v in operands:
-        for a in (v if isinstance(v, tuple) else (v,)):
+        for a in v if isinstance(v, tuple) else (v,):
             if is_bf16_array(a):
                 raise TypeError(
                     f"{act.name}: {what} is bfloat16, which the numba_cuda backend does not "
                     "compute; use the cupy backend (install cupy >= 14 and ml_dtypes: CuPy, torch "
                     "and JAX bfloat16 arrays then run there, or pass backend='cupy'), or pass "
-                    "float16/float32 data")
+                    "float16/float32 data"
+                )
 
 
 def _target(cuda, stream) -> Target:
@@ -189,10 +211,17 @@ def _target(cuda, stream) -> Target:
             return cdt.type(v)
         return cuda.to_device(np.ascontiguousarray(v, dtype=cdt), stream=stream)
 
-    return Target("numba_cuda", data=as_device, device=handles,
-                  host_hint="move it with numba.cuda.to_device or cupy.asarray",
-                  device_param=device_param, param=param, out=as_device,
-                  out_what="a device array for the numba_cuda backend", widen=False)
+    return Target(
+        "numba_cuda",
+        data=as_device,
+        device=handles,
+        host_hint="move it with numba.cuda.to_device or cupy.asarray",
+        device_param=device_param,
+        param=param,
+        out=as_device,
+        out_what="a device array for the numba_cuda backend",
+        widen=False,
+    )
 
 
 def _operands(cuda, act, data, params, out=None):
@@ -210,11 +239,15 @@ def backward_params(act, data, params) -> dict:
     cuda = _discovery._cuda()
     stream, c = _operands(cuda, act, data, params)
     devs, cdt, pargs, arrays, shape = c.data, c.compute, c.params, c.arrays, c.shape
-    if math.prod(shape) and _needs_cupy([*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)], shape):
+    if math.prod(shape) and _needs_cupy(
+        [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)], shape
+    ):
         return _via_cupy(act, "backward_params", data, params)
     with _device_ctx(cuda, data[0]):
-        return {p: _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
-                for k, p in enumerate(act.param_names)}
+        return {
+            p: _like(data[0], _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream))
+            for k, p in enumerate(act.param_names)
+        }
 
 
 def _vector_ok(ops, cshape, cstr, arrays) -> bool:
@@ -239,11 +272,19 @@ def run(act, kind, data, params, out):
     cuda = _discovery._cuda()
     with _device_ctx(cuda, data[0]):
         stream, c = _operands(cuda, act, data, params, out)
-        devs, cdt, odt, pargs, arrays, shape = (c.data, c.compute, c.output, c.params, c.arrays,
-                                                c.shape)
+        devs, cdt, odt, pargs, arrays, shape = (
+            c.data,
+            c.compute,
+            c.output,
+            c.params,
+            c.arrays,
+            c.shape,
+        )
         if out is not None:
             out, odev = c.out, c.out_operand
-            if any(_overlap(d, odev) for d in [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)]):
+            if any(
+                _overlap(d, odev) for d in [*devs, *(a for a, isarr in zip(pargs, arrays) if isarr)]
+            ):
                 # out= shares memory with an operand other than as the very same view: the
                 # kernel reads and writes in any order, so compute into a temporary and copy
                 # (numpy's buffered semantics)
@@ -264,11 +305,15 @@ def run(act, kind, data, params, out):
             result = None
         if n:
             ops = [*arr_ops, odev]
-            what = [*_DATA_NAMES[: len(devs)], *(p for p, a in zip(act.param_names, arrays) if a), "out"]
+            what = [
+                *_DATA_NAMES[: len(devs)],
+                *(p for p, a in zip(act.param_names, arrays) if a),
+                "out",
+            ]
             strides = [_broadcast_strides(w, d, shape) for w, d in zip(what, ops)]
             cshape, cstr = collapse(shape, strides)
             views = [_view(d, cshape, s) for d, s in zip(ops, cstr)]
-            it = iter(views[len(devs):-1])
+            it = iter(views[len(devs) : -1])
             pv = [next(it) if isarr else a for a, isarr in zip(pargs, arrays)]
             if _vector_ok(ops, cshape, cstr, arrays):
                 ddt = np.dtype(odev.dtype)
@@ -290,7 +335,9 @@ def _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream):
     if n:
         arr_ops = [a for a, isarr in zip(pargs, arrays) if isarr]
         ops = [*devs, *arr_ops] + ([acc] if arrays[k] else [])
-        what = ["x", "grad_out", *(q for q, a in zip(act.param_names, arrays) if a)] + (["acc"] if arrays[k] else [])
+        what = ["x", "grad_out", *(q for q, a in zip(act.param_names, arrays) if a)] + (
+            ["acc"] if arrays[k] else []
+        )
         strides = [_broadcast_strides(w, d, shape) for w, d in zip(what, ops)]
         cshape, cstr = collapse(shape, strides)
         views = [_view(d, cshape, s) for d, s in zip(ops, cstr)]
@@ -303,5 +350,7 @@ def _sum_param(cuda, act, k, devs, pargs, arrays, cdt, shape, stream):
     res = cuda.device_array(pshape, dtype=cdt, stream=stream)
     flat_src = _view(acc, (max(1, math.prod(pshape)),), (8,))
     flat_dst = _view(res, (max(1, math.prod(pshape)),), (np.dtype(cdt).itemsize,))
-    _cast_kernel()[1 if _discovery.simulator() else MIN_BLOCKS, 1 if _discovery.simulator() else 32, stream](flat_src, flat_dst)
+    _cast_kernel()[
+        1 if _discovery.simulator() else MIN_BLOCKS, 1 if _discovery.simulator() else 32, stream
+    ](flat_src, flat_dst)
     return res

@@ -1,9 +1,9 @@
 """Python source of the generated CUDA kernels (general, vector and one-pass backward
 forms) and the plain-Python kernel bound to its device functions."""
+
 from __future__ import annotations
 
 import numpy as np
-
 
 from ...._kinds import BWD_ALL, Kind, kinds
 from ...._spec import REGISTRY
@@ -45,17 +45,34 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
     body = []
     if kd.op == "sum" and scalar_sum:
         sig.append("acc")
-        body = ["s = _ACC(0.0)", "while i < n:", *["    " + d for d in decomp],
-                f"    s += _ACC({val})", "    i += st",
-                "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x", "buf[t] = s",
-                "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
-                "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
-                "    w //= 2", "if t == 0:", "    cuda.atomic.add(acc, 0, buf[0])"]
+        body = [
+            "s = _ACC(0.0)",
+            "while i < n:",
+            *["    " + d for d in decomp],
+            f"    s += _ACC({val})",
+            "    i += st",
+            "buf = cuda.shared.array(_BLOCK, _ACC)",
+            "t = cuda.threadIdx.x",
+            "buf[t] = s",
+            "cuda.syncthreads()",
+            "w = _BLOCK // 2",
+            "while w > 0:",
+            "    if t < w:",
+            "        buf[t] += buf[t + w]",
+            "    cuda.syncthreads()",
+            "    w //= 2",
+            "if t == 0:",
+            "    cuda.atomic.add(acc, 0, buf[0])",
+        ]
     elif kd.op == "sum":
         sig.append("acc")
         aidx = idx if ndim == 1 else f"({idx})"
-        body = ["while i < n:", *["    " + d for d in decomp],
-                f"    cuda.atomic.add(acc, {aidx}, _ACC({val}))", "    i += st"]
+        body = [
+            "while i < n:",
+            *["    " + d for d in decomp],
+            f"    cuda.atomic.add(acc, {aidx}, _ACC({val}))",
+            "    i += st",
+        ]
     elif ndim == 1:
         # Four independent elements per thread and step, all loaded before any is
         # computed or stored: out may alias x for all the compiler knows, so it could not
@@ -73,14 +90,24 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
             pk = [f"_COMPUTE({p}[{q[k]}])" if a else p for p, a in zip(pn, arrays)] + hs
             calls.append(f"_fn({', '.join([f'x{k}', *pk])})")
         vals = [f"g{k} * {c}" if two else c for k, c in enumerate(calls)]
-        body = ["while i + 3 * st < n:", *loads,
-                *[f"    y{k} = {v}" for k, v in enumerate(vals)],
-                *[f"    out[{q[k]}] = y{k}" for k in range(4)], "    i += 4 * st",
-                "while i < n:", f"    out[i] = {val}", "    i += st"]
+        body = [
+            "while i + 3 * st < n:",
+            *loads,
+            *[f"    y{k} = {v}" for k, v in enumerate(vals)],
+            *[f"    out[{q[k]}] = y{k}" for k in range(4)],
+            "    i += 4 * st",
+            "while i < n:",
+            f"    out[i] = {val}",
+            "    i += st",
+        ]
     else:
         sig.append("out")
-        body = ["while i < n:", *["    " + d for d in decomp], f"    out[{idx}] = {val}",
-                "    i += st"]
+        body = [
+            "while i < n:",
+            *["    " + d for d in decomp],
+            f"    out[{idx}] = {val}",
+            "    i += st",
+        ]
     fname = f"iglu_np_{spec.name}_{kd.compact}"
     lines = [f"def {fname}({', '.join(sig)}):", "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"]
     lines += ["    " + b for b in _prep_lines("_prep", hs, pn) + body]
@@ -99,8 +126,10 @@ def _prep_names(spec, which, arrays):
 def _prep_lines(fn, hs, pn):
     if not hs:
         return []
-    return [f"_prepared = {fn}({', '.join(pn)})",
-            *(f"{h} = _prepared[{j}]" for j, h in enumerate(hs))]
+    return [
+        f"_prepared = {fn}({', '.join(pn)})",
+        *(f"{h} = _prepared[{j}]" for j, h in enumerate(hs)),
+    ]
 
 
 # --------------------------------------------------------------------------- vector form
@@ -148,11 +177,24 @@ def _source_vec(spec, kind, nlanes, align, mlir):
         elems = [f"_{{}}v[{k}]" for k in range(L)]
         store = f"    _vstore(out, j, ({', '.join(f'y{k}' for k in range(L))}))"
     ys = [f"    y{k} = {val(e.format('x'), e.format('g'))}" for k, e in enumerate(elems)]
-    body = [f"nv = n // {L}", "j = i", "while j < nv:", *loads, *ys, store, "    j += st",
-            f"t = nv * {L} + i", "if t < n:", f"    out[t] = {val('x[t]', 'g[t]')}"]
+    body = [
+        f"nv = n // {L}",
+        "j = i",
+        "while j < nv:",
+        *loads,
+        *ys,
+        store,
+        "    j += st",
+        f"t = nv * {L} + i",
+        "if t < n:",
+        f"    out[t] = {val('x[t]', 'g[t]')}",
+    ]
     fname = f"iglu_np_{spec.name}_{kd.compact}_v{L}"
-    lines = [f"def {fname}({', '.join(['n', *data, *pn, 'out'])}):", "    i = cuda.grid(1)",
-             "    st = cuda.gridsize(1)"]
+    lines = [
+        f"def {fname}({', '.join(['n', *data, *pn, 'out'])}):",
+        "    i = cuda.grid(1)",
+        "    st = cuda.gridsize(1)",
+    ]
     lines += ["    " + b for b in _prep_lines("_prep", hs, pn) + body]
     return fname, "\n".join(lines) + "\n"
 
@@ -201,7 +243,11 @@ def _vector_intrinsics():
         w = VECTOR_BYTES // (dt.bitwidth // 8)
         vt = ir.VectorType(context.get_data_type(dt), w)
         mt = vt if dt.bitwidth >= 32 else ir.VectorType(ir.IntType(32), VECTOR_BYTES // 4)
-        data = val if isinstance(ty, types.CPointer) else context.make_array(ty)(context, builder, val).data
+        data = (
+            val
+            if isinstance(ty, types.CPointer)
+            else context.make_array(ty)(context, builder, val).data
+        )
         idx = context.cast(builder, j, jty, types.intp)
         return builder.gep(builder.bitcast(data, mt.as_pointer()), [idx], inbounds=True), mt, vt, w
 
@@ -213,7 +259,9 @@ def _vector_intrinsics():
         w = VECTOR_BYTES // (dt.bitwidth // 8)
 
         def codegen(context, builder, sig, args):
-            ptr, mt, vt, w = vector_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            ptr, mt, vt, w = vector_pointer(
+                context, builder, sig.args[0], args[0], args[1], sig.args[1]
+            )
             v = builder.load(ptr, align=VECTOR_BYTES)
             i32 = ir.IntType(32)
             if mt is vt:
@@ -224,7 +272,11 @@ def _vector_intrinsics():
                 for k in range(w // 2):
                     word = builder.extract_element(v, ir.Constant(i32, k))
                     vals.append(builder.bitcast(builder.trunc(word, i16), et))
-                    vals.append(builder.bitcast(builder.trunc(builder.lshr(word, ir.Constant(i32, 16)), i16), et))
+                    vals.append(
+                        builder.bitcast(
+                            builder.trunc(builder.lshr(word, ir.Constant(i32, 16)), i16), et
+                        )
+                    )
             return context.make_tuple(builder, sig.return_type, vals)
 
         return types.UniTuple(dt, w)(a, j), codegen
@@ -241,7 +293,10 @@ def _vector_intrinsics():
             aty, jty, vty = sig.args
             ptr, mt, vt, w = vector_pointer(context, builder, aty, args[0], args[1], jty)
             i32 = ir.IntType(32)
-            es = [context.cast(builder, builder.extract_value(args[2], k), vty[k], dt) for k in range(w)]
+            es = [
+                context.cast(builder, builder.extract_value(args[2], k), vty[k], dt)
+                for k in range(w)
+            ]
             v = ir.Constant(mt, ir.Undefined)
             if mt is vt:
                 for k in range(w):
@@ -288,19 +343,37 @@ def _source_all(spec, ndim):
     body += _prep_lines("_prep", hx, pn)
     for k in range(len(ps)):
         body += _prep_lines(f"_prepd{k}", hd[k], pn)
-    body += ["while i < n:", *["    " + d for d in decomp],
-             f"    xi = _COMPUTE(x[{idx}])", f"    gi = _COMPUTE(g[{idx}])",
-             f"    out[{idx}] = gi * _fn({', '.join(['xi', *pn, *hx])})"]
-    body += [f"    s{k} += _ACC(gi * _fd{k}({', '.join(['xi', *pn, *hd[k]])}))" for k in range(len(ps))]
+    body += [
+        "while i < n:",
+        *["    " + d for d in decomp],
+        f"    xi = _COMPUTE(x[{idx}])",
+        f"    gi = _COMPUTE(g[{idx}])",
+        f"    out[{idx}] = gi * _fn({', '.join(['xi', *pn, *hx])})",
+    ]
+    body += [
+        f"    s{k} += _ACC(gi * _fd{k}({', '.join(['xi', *pn, *hd[k]])}))" for k in range(len(ps))
+    ]
     body += ["    i += st", "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x"]
     for k in range(len(ps)):
-        body += [f"buf[t] = s{k}", "cuda.syncthreads()", "w = _BLOCK // 2", "while w > 0:",
-                 "    if t < w:", "        buf[t] += buf[t + w]", "    cuda.syncthreads()",
-                 "    w //= 2", "if t == 0:", f"    cuda.atomic.add(acc, {k}, buf[0])",
-                 "cuda.syncthreads()"]
+        body += [
+            f"buf[t] = s{k}",
+            "cuda.syncthreads()",
+            "w = _BLOCK // 2",
+            "while w > 0:",
+            "    if t < w:",
+            "        buf[t] += buf[t + w]",
+            "    cuda.syncthreads()",
+            "    w //= 2",
+            "if t == 0:",
+            f"    cuda.atomic.add(acc, {k}, buf[0])",
+            "cuda.syncthreads()",
+        ]
     fname = f"iglu_np_{spec.name}_{BWD_ALL}"
-    lines = [f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
-             "    i = cuda.grid(1)", "    st = cuda.gridsize(1)"] + ["    " + b for b in body]
+    lines = [
+        f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
+        "    i = cuda.grid(1)",
+        "    st = cuda.gridsize(1)",
+    ] + ["    " + b for b in body]
     return fname, "\n".join(lines) + "\n"
 
 
@@ -333,8 +406,10 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None, vec
     if vector is not None:
         vector = np.dtype(vector)
         if kd.op == "sum" or any(arrays) or ndim != 1:
-            raise ValueError(f"{name}.{kind}: the vector form is for elementwise kinds, 1-D data "
-                             "and scalar parameters")
+            raise ValueError(
+                f"{name}.{kind}: the vector form is for elementwise kinds, 1-D data "
+                "and scalar parameters"
+            )
     key = ("py", name, kind, compute.name, arrays, ndim, scalar_sum, vector)
     fn = _state.get(key)
     if fn is not None:
@@ -351,7 +426,13 @@ def kernel_python(name, kind, compute, arrays=None, ndim=1, scalar_sum=None, vec
             fname, src = _source(spec, kind, arrays, ndim, scalar_sum)
         else:
             w = lanes(vector)
-            fname, src = _source_vec(spec, kind, w, w * vector.itemsize, _discovery._mlir() and not _discovery.simulator())
+            fname, src = _source_vec(
+                spec,
+                kind,
+                w,
+                w * vector.itemsize,
+                _discovery._mlir() and not _discovery.simulator(),
+            )
             if _discovery._mlir():
                 g["_OUTVEC"] = getattr(cuda, f"{vector.name}x{w}")
             else:

@@ -1,13 +1,12 @@
 """The thin per-call path: plans cached per (activation, kind, dtypes, parameter values)
 that launch the raw-pointer vector kernel on a new or given output with no per-call
 type resolution."""
+
 from __future__ import annotations
 
 import math
 
-
 import numpy as np
-
 
 from ...._dtypes import compute_dtype as _compute_dtype
 from ...._dtypes import f32_range_error as _f32_range_error
@@ -17,7 +16,6 @@ from . import _compile, _discovery
 from ._arrays import _DATA_NAMES, _launch_dims, _pointer
 from ._discovery import SIM_THREADS, THREADS, _state
 from ._sources import VECTOR_BYTES, _kinds, lanes
-
 
 # --------------------------------------------------------------------------- thin per-call path
 # The common call (C-contiguous data of one float dtype, aligned, scalar parameters, out=
@@ -116,6 +114,7 @@ def _allocator(cuda, template, odt):
         def alloc(shape, x, stream):
             y = cuda.device_array(shape, dtype=odt, stream=stream)
             return y, (y if sim else _pointer(y))
+
     return alloc
 
 
@@ -150,7 +149,9 @@ def _make_plan(act, kind, dts, template, out_dt, params):
     if any(np.ndim(v) != 0 for v in vals):
         return None
     kernel = _compile._pointer_kernel(act.name, kind, cdt, ddt)
-    return _Plan(kernel, tuple(cdt.type(v) for v in vals), lanes(ddt), _allocator(cuda, template, odt))
+    return _Plan(
+        kernel, tuple(cdt.type(v) for v in vals), lanes(ddt), _allocator(cuda, template, odt)
+    )
 
 
 def _thin(act, kind, data, params, out):
