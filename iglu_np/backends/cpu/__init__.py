@@ -1,6 +1,8 @@
 """The CPU target: numpy ufuncs and njit loops compiled from the specs' kernels.
 
-* :mod:`.backend`: which compiled code a call takes (the dispatcher's CPU backend);
+* :mod:`.backend`: the dispatcher's CPU backend (the general path);
+* :mod:`.tiers`: the thin path of numpy arrays, the tiers of small calls, the threads;
+* :mod:`.reductions`: the loops' operands and their parameter-gradient reductions;
 * :mod:`.ufuncs`: the numpy ufuncs (general: any layout, broadcasting, ``out=``);
 * :mod:`.loops`: the njit loops over flat memory (vectorised, threaded), compiled from
   the source :mod:`.loop_source` writes;

@@ -256,9 +256,7 @@ def fast(act, kind, data, params, out):
     return o
 
 
-# --------------------------------------------------------------------------- loops
-# The general path's use of the njit loops: parameters may also be arrays of x's shape
-# (elementwise kinds), operands are checked the slow, thorough way.
+# --------------------------------------------------------------------------- threads
 def _parallel(n: int) -> bool:
     fast = _LOOPS or _loops()
     return n >= THRESHOLD and fast.numba.get_num_threads() > 1
