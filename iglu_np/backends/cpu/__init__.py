@@ -6,8 +6,9 @@
 * :mod:`.ufuncs`: the numpy ufuncs (general: any layout, broadcasting, ``out=``);
 * :mod:`.loops`: the njit loops over flat memory (vectorised, threaded), compiled from
   the source :mod:`.loop_source` writes;
-* :mod:`._direct`, :mod:`._cache`, :mod:`._cache_report`, :mod:`._wide`: loading cached
-  ufuncs without Numba, the on-disk kernel cache and its warnings, wide vector code.
+* :mod:`._direct`, :mod:`._cache_dir`, :mod:`._cache`, :mod:`._cache_report`,
+  :mod:`._wide`: loading cached ufuncs without Numba, where the cache lives, Numba's
+  cache locator, cache warnings, wide vector code.
 
 Importing this package imports none of them.
 """

@@ -14,8 +14,8 @@ until someone deletes the file; a cache directory it cannot write is replaced by
   cache written by another Numba or llvmlite is another version, rebuilt rather than
   read;
 * the compiled code always beside the generated module (``NUMBA_CACHE_DIR`` picks
-  where the generated modules go, :func:`iglu_np.backends.cpu.ufuncs._candidates`, so the two
-  never part);
+  where the generated modules go, :func:`iglu_np.backends.cpu._cache_dir._candidates`,
+  so the two never part);
 * the cache directory next to the generated module even where it cannot be written (a
   prebuilt cache on a read-only file system, or one owned by another user): it is read,
   and a save that fails is skipped;
@@ -73,7 +73,7 @@ class _Impl(caching.CompileResultCacheImpl):
     # Only ``__pycache__`` beside the generated module: the generated modules and their
     # compiled code stay in one directory, the one ``iglu-np cache`` reports and clears.
     # NUMBA_CACHE_DIR chooses that directory through the cache roots
-    # (iglu_np.backends.cpu.ufuncs._candidates), not through Numba's locator.
+    # (iglu_np.backends.cpu._cache_dir._candidates), not through Numba's locator.
     _locator_classes = [_Locator]
 
 
