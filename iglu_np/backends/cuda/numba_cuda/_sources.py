@@ -29,6 +29,23 @@ def _index(ndim):
     return ", ".join(js), decomp
 
 
+def _block_sum(value: str, slot: int) -> list:
+    """Kernel lines that add ``value`` over the block (a tree in the shared ``buf``) and
+    the block's sum to ``acc[slot]`` with one atomic."""
+    return [
+        f"buf[t] = {value}",
+        "cuda.syncthreads()",
+        "w = _BLOCK // 2",
+        "while w > 0:",
+        "    if t < w:",
+        "        buf[t] += buf[t + w]",
+        "    cuda.syncthreads()",
+        "    w //= 2",
+        "if t == 0:",
+        f"    cuda.atomic.add(acc, {slot}, buf[0])",
+    ]
+
+
 def _source(spec, kind, arrays, ndim, scalar_sum):
     """Python source of the kernel; ``arrays[k]`` says whether parameter k is an array."""
     params = spec.param_names
@@ -53,16 +70,7 @@ def _source(spec, kind, arrays, ndim, scalar_sum):
             "    i += st",
             "buf = cuda.shared.array(_BLOCK, _ACC)",
             "t = cuda.threadIdx.x",
-            "buf[t] = s",
-            "cuda.syncthreads()",
-            "w = _BLOCK // 2",
-            "while w > 0:",
-            "    if t < w:",
-            "        buf[t] += buf[t + w]",
-            "    cuda.syncthreads()",
-            "    w //= 2",
-            "if t == 0:",
-            "    cuda.atomic.add(acc, 0, buf[0])",
+            *_block_sum("s", 0),
         ]
     elif kd.op == "sum":
         sig.append("acc")
@@ -355,19 +363,7 @@ def _source_all(spec, ndim):
     ]
     body += ["    i += st", "buf = cuda.shared.array(_BLOCK, _ACC)", "t = cuda.threadIdx.x"]
     for k in range(len(ps)):
-        body += [
-            f"buf[t] = s{k}",
-            "cuda.syncthreads()",
-            "w = _BLOCK // 2",
-            "while w > 0:",
-            "    if t < w:",
-            "        buf[t] += buf[t + w]",
-            "    cuda.syncthreads()",
-            "    w //= 2",
-            "if t == 0:",
-            f"    cuda.atomic.add(acc, {k}, buf[0])",
-            "cuda.syncthreads()",
-        ]
+        body += [*_block_sum(f"s{k}", k), "cuda.syncthreads()"]
     fname = f"iglu_np_{spec.name}_{BWD_ALL}"
     lines = [
         f"def {fname}({', '.join(['n', 'x', 'g', *pn, 'out', 'acc'])}):",
