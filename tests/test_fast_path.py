@@ -18,6 +18,7 @@ from iglu_np.backends.cpu import loops as cpu_fast
 from iglu_np.backends.cpu import tiers
 
 from . import accuracy as acc
+from .bitwise import assert_same_bits
 
 QUICK = ["iglu", "iglu_approx", "z_gate"]
 ALL = list(iglu_np.ACTIVATIONS)
@@ -51,15 +52,8 @@ def threads_never():
 
 
 def _same(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    a, b = np.atleast_1d(a), np.atleast_1d(b)
-    it = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    # identical bits (so +0/-0 differ), except any NaN payload
-    diff = (a.view(it) != b.view(it)) & ~(np.isnan(a) & np.isnan(b))
-    assert not diff.any(), (
-        f"first mismatch at {np.argwhere(diff)[0]}: {a[diff][:3]} vs {b[diff][:3]}"
-    )
+    """Identical bits (so +0/-0 differ), every NaN counted as one (bitwise.py)."""
+    assert_same_bits(a, b)
 
 
 def _fast_as_ufunc(act, kind):
