@@ -56,7 +56,7 @@ def status():
     """(usable, detail) for ``iglu-np info``."""
     import numba
 
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     return True, (
         f"Numba {numba.__version__} ufuncs and loops, {numba.get_num_threads()} "
         f"thread(s) from {tiers.THRESHOLD:,} elements, "
@@ -210,7 +210,7 @@ def _run_loops(act, kind: str, vals: list, cdt, out, n_data: int):
     x = vals[0]
     if type(x) is not np.ndarray or x.ndim == 0 or x.size < tiers.MIN_SIZE:
         return None  # (before importing the loops' module: it imports Numba)
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     shape = x.shape
     order = loops.axis_order(x)
     if order is None:
@@ -312,7 +312,7 @@ def _run_buffered(act, kind: str, vals: list, cdt, out, n_data: int):
         or out.shape != shape
     ):
         return None  # the ufunc's errors and casting rules
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     loop = loops.plan(act.name, kind, cdt)[0]
     it = np.nditer(
         [*data, out],
@@ -343,7 +343,7 @@ def _bf16_flat(a, dt, shape, order):
     over its memory in the axis ``order``), else None."""
     if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    f = (tiers._LOOPS or tiers._loops()).mem_flat(a, order)
+    f = tiers._loops().mem_flat(a, order)
     return None if f is None else f.view(np.uint16)
 
 
@@ -354,7 +354,7 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
     x = vals[0]
     if type(x) is not np.ndarray or x.ndim == 0 or x.size < tiers.MIN_SIZE:
         return None  # small: the ufunc through numpy's casts, then rounded (run)
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     dt, shape = x.dtype, x.shape
     order = loops.axis_order(x)
     if order is None:
@@ -399,7 +399,7 @@ def _run_bf16(act, kind: str, vals: list, out, n_data: int):
 
 def _convert(which: str, src, dst) -> None:
     """``dst`` (uint32 or uint16 view) from ``src``'s bits: ``which`` "widen" or "narrow"."""
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     n = src.size
     if tiers._parallel(n):
         k = loops.converter(which, True)
@@ -417,7 +417,7 @@ def _widen_bf16(a):
     if not _is_bf16(getattr(a, "dtype", None)):
         return a
     if type(a) is np.ndarray and a.size >= tiers.MIN_SIZE:
-        loops = tiers._LOOPS or tiers._loops()
+        loops = tiers._loops()
         order = loops.axis_order(a)
         if order is not None:
             w = loops.empty_like_layout(a.shape, _F32, order)
@@ -433,7 +433,7 @@ def _widen_bf16(a):
 def _narrow_into(r, out):
     """The float32 array ``r`` rounded into ``out`` (of r's shape): the loops' rounding
     where both are laid out alike, else numpy's cast (the same rounding, ml_dtypes')."""
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     if _is_bf16(out.dtype) and r.dtype == _F32 and r.size >= tiers.MIN_SIZE:
         order = loops.axis_order(r)
         if order is not None:

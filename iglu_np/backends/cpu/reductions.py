@@ -39,7 +39,7 @@ def _flat_in(a, dt, shape, order=None):
     in the axis ``order`` (default: its own, if it has one), else None."""
     if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
         return None
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     if order is None:
         order = loops.axis_order(a)
         if order is None:
@@ -58,7 +58,7 @@ def _reduction_operands(vals: list, cdt):
     if type(x) is not np.ndarray:
         return None
     shape = x.shape
-    order = (tiers._LOOPS or tiers._loops()).axis_order(x)
+    order = tiers._loops().axis_order(x)
     if order is None:
         return None
     xf = _flat_in(x, cdt, shape, order)
@@ -99,7 +99,7 @@ def _laid_out_alike(vals: list, cdt):
         return None
     if shape != x.shape:
         return None
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     xc = x if loops.axis_order(x) is not None else np.copy(x, order="K")
     gc = np.empty_like(xc)
     np.copyto(gc, g, casting="same_kind")
@@ -113,7 +113,7 @@ def _reduce_params(act, vals: list, cdt):
     ops = _reduction_operands(vals, cdt)
     if ops is None:
         return None
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     xf, gf, ps, shape, order = ops
     n = xf.size
     if n < tiers.MIN_SIZE:
@@ -151,7 +151,7 @@ def _fused_backward(act, vals: list, cdt, out):
     gradients equal those of the ``bwd`` loop and :func:`_reduce_params` bit for bit
     (the same per-element values, block sums and order)."""
     ops = _reduction_operands(vals, cdt)
-    loops = tiers._LOOPS or tiers._loops()
+    loops = tiers._loops()
     if ops is None or ops[0].size < tiers.MIN_SIZE:
         return None
     xf, gf, ps, shape, order = ops

@@ -101,6 +101,7 @@ _ready_sigs: set = set()  # (kernel id, argument types) compiled for the general
 
 
 def _loops():
+    """The loops' module, imported (with Numba) on first use."""
     global _LOOPS
     if _LOOPS is None:
         from . import loops as cpu_fast
