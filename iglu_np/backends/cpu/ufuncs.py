@@ -42,7 +42,6 @@ from ..codegen import _rebind
 from ..codegen._rebind import Rebinder
 from ._cache_dir import (  # noqa: F401  (the cache's functions, re-exported)
     PRUNE_AFTER_S,
-    _candidates,
     _gen_dir,
     _spill_dir,
     _state,
