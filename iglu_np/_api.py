@@ -2,7 +2,8 @@
 
 ``iglu_np.<name>`` is an :class:`Activation`: calling it computes the forward value and
 its attributes give the derivatives (``.dx``, ``.dparams``, ``.backward``,
-``.backward_params``) and the raw numpy ufuncs (``.ufunc``, ``.dx.ufunc`` ...).
+``.backward_params``), the gated form ``act(gate) * up`` (``.glu``: :mod:`iglu_np._gated`)
+and the raw numpy ufuncs (``.ufunc``, ``.dx.ufunc`` ...).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import _params
+from . import _gated, _params
 from ._params import keyword_hint as _keyword_hint
 from ._spec import REGISTRY
 from .backends import backward_all as _backward_all
@@ -20,7 +21,7 @@ from .backends import backward_params as _backward_params
 from .backends import run as _dispatch
 from .backends import ufunc as _ufunc
 
-__all__ = ["Activation", "Alias", "get"]
+__all__ = ["Activation", "Alias", "get", "get_gated"]
 
 _PUBLIC_KIND = {"fwd": "__call__", "bwd": "backward"}
 
@@ -110,6 +111,7 @@ class Activation:
         self.dx = _Op(self, "dx", 1, op_doc(spec, "dx"))
         self.backward = _Op(self, "bwd", 2, op_doc(spec, "bwd"))
         self.dparams = _DParams(self)
+        self.glu = _plain_gated(self)
         sig = [inspect.Parameter("x", inspect.Parameter.POSITIONAL_ONLY)]
         sig += [
             inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
@@ -236,6 +238,7 @@ class Alias(Activation):
         self.dx = _AliasOp(self, target.dx)
         self.backward = _AliasOp(self, target.backward)
         self.dparams = _AliasDParams(self, target.dparams)
+        self.glu = _plain_gated(self, target)
 
     def __call__(self, x, /, *args, out=None, **params):
         return super().__call__(x, *args, out=out, **{**self.fixed, **params})
@@ -304,3 +307,62 @@ def get(name: str) -> Activation:
             f"unknown activation {name!r}; {hint}known: {', '.join(sorted(_acts()))}; "
             f"aliases: {', '.join(sorted(_alias_objects()))}"
         ) from None
+
+
+# --------------------------------------------------------------------------- gated forms
+def _plain_gated(act, target=None) -> _gated.Gated:
+    """``act.glu``: the gate first, halves, no clamp (an alias's: its target computes it)."""
+    g = _gated.Gated(
+        f"{act.name}_glu",
+        act,
+        target,
+        source=f"{act.name}(x[..., :d]) * x[..., d:], the gate first",
+    )
+    g.__qualname__ = f"{act.name}.glu"  # pickled as iglu_np.<name>.glu
+    return g
+
+
+_FORMS: dict = {}
+
+
+def gated_forms() -> dict:
+    """The named gated forms (:mod:`iglu_np._gated_forms`), name -> :class:`Gated`."""
+    if not _FORMS:
+        from ._gated_forms import FORMS
+
+        for name, (act, fixed, rename, layout, first, shift, limit, src) in FORMS.items():
+            _FORMS[name] = _gated.Gated(
+                name,
+                get(act),
+                fixed=fixed,
+                rename=rename,
+                layout=layout,
+                gate_first=first,
+                shift=shift,
+                limit=limit,
+                source=src,
+            )
+    return _FORMS
+
+
+def all_gated() -> dict:
+    """Every gated form by name: the named ones, then ``<activation>_glu`` for every
+    activation (not the aliases')."""
+    return {**gated_forms(), **{f"{n}_glu": a.glu for n, a in _acts().items()}}
+
+
+def get_gated(name: str) -> _gated.Gated:
+    """The named gated form ``name`` (:data:`iglu_np.GATED`) or ``<activation>_glu`` (an
+    activation's or alias's ``.glu``); KeyError naming the known forms otherwise."""
+    f = gated_forms().get(name)
+    if f is not None:
+        return f
+    if isinstance(name, str) and name.endswith("_glu"):
+        try:
+            return get(name[:-4]).glu
+        except KeyError:
+            pass
+    raise KeyError(
+        f"unknown gated form {name!r}; named forms: {', '.join(gated_forms())}; "
+        "and <activation>_glu for every activation or alias"
+    )

@@ -33,7 +33,17 @@ from . import backward_all as _dispatch_backward_all
 from . import backward_params as _dispatch_backward_params
 from . import run as _dispatch
 
-__all__ = ["backward_all", "backward_params", "fast_path", "handles", "kind_of", "run", "status"]
+__all__ = [
+    "backward_all",
+    "backward_params",
+    "fast_path",
+    "handles",
+    "kind_of",
+    "run",
+    "status",
+    "to_numpy",
+    "to_like",
+]
 
 _KDL_CPU = 1  # DLPack device type of host memory
 _kinds: dict = {}  # type -> "torch" | "jax" | "tracer" | "dlpack" | None
@@ -142,6 +152,17 @@ def _numpy(act, what: str, a):
             f"{act.name}: {what} ({type(a).__name__} of {lib}) cannot be viewed "
             f"as a numpy array without a copy ({type(e).__name__}: {e})"
         ) from None
+
+
+def to_numpy(act, what: str, a):
+    """``a`` as a numpy array over its memory where it is a foreign host array (torch,
+    JAX, DLPack on the CPU), else ``a``; the errors name ``act.name`` and ``what``."""
+    return _numpy(act, what, a)
+
+
+def to_like(like, r):
+    """The numpy result ``r`` as an array of ``like``'s library (see :func:`_like`)."""
+    return _like(like, r)
 
 
 def _bf16(act):
