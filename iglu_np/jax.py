@@ -57,7 +57,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 
 import numpy as np
 
-from . import _aliases, _params
+from . import _aliases, _api, _gated, _params
 from ._api import _acts
 from ._dtypes import is_bf16
 
@@ -259,5 +259,35 @@ ALIASES = MappingProxyType(
 """Alias name -> JAX function: Hugging Face's activation names (``iglu_np.ALIASES``) as
 functions of their target, the alias's parameter values as defaults
 (``iglu_np.jax.quick_gelu(x)`` is ``iglu_np.jax.swish(x, beta=1.702)``)."""
+
+
+def _clamp(a, lo, hi):
+    # where, not minimum/clip: the gradient passes at the bound itself (torch.clamp's
+    # convention; lax.min splits it between the operands at a tie)
+    if hi is not None:
+        a = jnp.where(a > hi, jnp.asarray(hi, a.dtype), a)
+    if lo is not None:
+        a = jnp.where(a < lo, jnp.asarray(lo, a.dtype), a)
+    return a
+
+
+GATED = MappingProxyType(
+    {
+        n: _gated.bridge(
+            g,
+            ACTIVATIONS[g._spec_name],
+            _clamp,
+            lambda a: a.astype(jnp.float32),
+            lambda a, dt: a.astype(dt),
+            __name__,
+        )
+        for n, g in _api.all_gated().items()
+    }
+)
+"""Gated form name -> JAX function (``iglu_np.jax.swiglu`` ...): the named forms and
+``<activation>_glu`` for every activation; the split, clamps and product are jax.numpy
+operations around the activation's function (:mod:`iglu_np._gated`)."""
 globals().update(ACTIVATIONS)
 globals().update(ALIASES)
+globals().update(GATED)
+__all__ += ["GATED", *GATED]

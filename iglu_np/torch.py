@@ -26,6 +26,11 @@ the operation runs. Only first derivatives are implemented (no double backward).
 activation has a named subclass (``IGLU``, ``GELU``, ``LeakyReLU``, ``XIELU``, ...;
 :data:`MODULES` maps each activation's name to its class).
 
+The gated forms (:mod:`iglu_np._gated`) are functions too: ``iglu_np.torch.swiglu``,
+``glu``, ``swiglu_oai``, ``iglu_glu``, ... and ``<activation>_glu`` for every activation
+(:data:`GATED`), with layers ``SwiGLU``, ``GeGLU``, ``ReGLU``, ``GLU``, ``SwiGLUOAI``,
+``IGLUGLU``, ``XIELUGLU``, ``GeGLUTanh`` (:data:`GATED_MODULES`, :class:`Gated`).
+
 Importing ``iglu_np`` never imports torch; this module needs it
 (``pip install '.[torch]'`` in the iglu_np checkout).
 """
@@ -51,7 +56,7 @@ from . import _aliases, _params
 from ._api import Activation as _Act
 from ._api import _acts
 
-__all__ = ["Activation", "ALIASES", "FUNCTIONS", "MODULES", "class_name"]
+__all__ = ["Activation", "ALIASES", "FUNCTIONS", "MODULES", "class_name"]  # + generated names
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -617,8 +622,24 @@ ALIASES = MappingProxyType(
 functions of their target, the alias's parameter values as defaults
 (``iglu_np.torch.quick_gelu(x)`` is ``iglu_np.torch.swish(x, beta=1.702)``)."""
 
+from ._torch_gated import build as _build_gated  # noqa: E402
+
+_GATED_FNS, _GATED_MODULES = _build_gated(_FUNCTIONS, Activation, class_name, __name__)
+from ._torch_gated import Gated  # noqa: E402
+
+GATED = MappingProxyType(_GATED_FNS)
+"""Gated form name -> function: the named forms (``swiglu``, ``glu``, ``swiglu_oai`` ...)
+and ``<activation>_glu`` for every activation; :mod:`iglu_np._gated` for the arguments."""
+GATED_MODULES = MappingProxyType(_GATED_MODULES)
+"""Named gated form -> its ``nn.Module`` class (``GATED_MODULES["swiglu"] is SwiGLU``);
+:class:`Gated` takes any gated form's name."""
+
 globals().update(_FUNCTIONS)
 globals().update(ALIASES)
+globals().update(_GATED_FNS)
 globals().update({cls.__name__: cls for cls in _MODULES.values()})
+globals().update({cls.__name__: cls for cls in _GATED_MODULES.values()})
 __all__ += [*_FUNCTIONS, *ALIASES, *(cls.__name__ for cls in _MODULES.values())]
+__all__ += ["GATED", "GATED_MODULES", "Gated", *_GATED_FNS]
+__all__ += [cls.__name__ for cls in _GATED_MODULES.values()]
 del _name, _act
