@@ -118,10 +118,23 @@ def validate_params(est) -> list:
     bs = est.batch_size
     if bs != "auto" and not (isinstance(bs, (int, np.integer)) and bs >= 1):
         raise ValueError(f"{name}: batch_size must be 'auto' or a positive int, got {bs!r}")
-    from .. import get
 
     try:
-        get(est.activation)
+        _activation(est.activation)
     except KeyError as e:
         raise ValueError(f"{name}: {e.args[0]}") from None
     return [int(h) for h in hs]
+
+
+def _activation(name):
+    """The activation or gated form named ``name`` (``"swiglu"``, ``"<act>_glu"``): the
+    KeyError of :func:`iglu_np.get` listing the known names where it is neither."""
+    from .. import get, get_gated
+
+    try:
+        return get(name)
+    except KeyError as e:
+        try:
+            return get_gated(name)
+        except KeyError:
+            raise e from None

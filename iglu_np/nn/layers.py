@@ -242,6 +242,10 @@ class ActivationLayer(Module):
     ``params``: initial/fixed values (defaults from the activation). ``learnable``: names
     of parameters to train (``True`` = all). ``per_unit``: learnable parameters get one
     value per unit (shape ``(units,)``) instead of one per layer.
+
+    ``activation`` may name a gated form (``"swiglu"``, ``"<act>_glu"``:
+    :func:`iglu_np.get_gated`): the layer then takes ``2 * units`` inputs (gate and up
+    halves, as the form splits them) and its parameters are the gate activation's.
     """
 
     def __init__(
@@ -256,11 +260,18 @@ class ActivationLayer(Module):
         xp=np,
         name="",
     ):
-        from .. import get
+        from .._gated import Gated
+        from ._validation import _activation
 
-        self._act = get(activation) if isinstance(activation, str) else activation
+        found = _activation(activation) if isinstance(activation, str) else activation
+        self._gated = found if isinstance(found, Gated) else None
+        if self._gated is not None:
+            from .. import get
+
+            found = get(self._gated._spec_name)
+        self._act = found
         act = self._act
-        params = dict(params or {})
+        params = {**(self._gated._fixed if self._gated else {}), **dict(params or {})}
         unknown = sorted(set(params) - set(act.param_names))
         if unknown:
             raise ValueError(
@@ -310,14 +321,17 @@ class ActivationLayer(Module):
     def __getstate__(self):
         st = dict(vars(self))
         st["_act"] = self._act.name
+        st["_gated"] = self._gated.name if self._gated is not None else None
         del st["_transforms"]
         return st
 
     def __setstate__(self, st):
-        from .. import get
+        from .. import get, get_gated
 
         vars(self).update(st)
         self._act = get(st["_act"])
+        g = st.get("_gated")
+        self._gated = get_gated(g) if g is not None else None
         self._transforms = {n: param_transform(self._act, n) for n in self._learnable}
 
     def param_tensors(self) -> dict:
@@ -334,7 +348,14 @@ class ActivationLayer(Module):
             k: (ad.to_host(v.data).copy() if isinstance(v, Tensor) else v) for k, v in vals.items()
         }
 
+    @property
+    def gated(self):
+        """The gated form (:class:`iglu_np.Gated`) or None."""
+        return self._gated
+
     def forward(self, x):
+        if self._gated is not None:
+            return ad.gated(self._gated, x, **self.param_tensors())
         return ad.activation(self._act, x, **self.param_tensors())
 
 
@@ -362,7 +383,8 @@ class Sequential(Module):
 class MLP(Sequential):
     """Linear → activation (→ dropout) per hidden size, then a linear output layer.
 
-    ``activation`` is any registered name; ``activation_params`` initial/fixed values;
+    ``activation`` is any registered name or gated form (whose linear layer then gives
+    twice the hidden size: gate and up); ``activation_params`` initial/fixed values;
     ``learnable`` names of activation parameters to train (``True`` = all);
     ``per_unit`` one value per hidden unit instead of one per layer.
     """
@@ -392,11 +414,16 @@ class MLP(Sequential):
                 )
         layers = []
         sizes = [n_in, *hidden_sizes]
+        from .._gated import Gated
+        from ._validation import _activation
+
+        found = _activation(activation) if isinstance(activation, str) else activation
+        width = 2 if isinstance(found, Gated) else 1  # a gated layer reads gate and up
         for i in range(len(hidden_sizes)):
             layers.append(
                 Linear(
                     sizes[i],
-                    sizes[i + 1],
+                    width * sizes[i + 1],
                     init=init,
                     rng=rng,
                     dtype=dtype,
