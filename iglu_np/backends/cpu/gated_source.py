@@ -9,8 +9,9 @@ and the input gradients go to the gate's and up's own positions of ``og`` / ``ou
 and at most :data:`GLU_BLOCK` columns; each task slices its operands from 0 so that the
 element loop is a plain loop over 1-d views (LLVM vectorises it).
 
-Where the spec has bulk kernels, a task checks the bulk domain first and then runs the
-bulk kernels (the same bits inside the domain) or the exact ones on the whole task.
+Where the spec has bulk kernels, a task runs them (the same bits inside the bulk domain)
+checking the domain as it goes, and the exact kernels again on a task with an element
+outside.
 
 Pure text from the spec: :mod:`.gated` executes it with the scalar kernels bound as
 globals and compiles the functions with Numba.
@@ -52,17 +53,15 @@ def _strided(body: str, lay: str) -> str:
 
 
 def _bulked(spec, keys, body) -> str:
-    """``body(bulk)`` (the element loop's lines, indented 8) once with the bulk kernels
-    behind the domain check, once exact; the exact lines alone where no key has bulk."""
+    """``body(bulk)`` (the element loop's lines, indented 8, the clamped gate named
+    ``gc``): where a key has a bulk kernel, the bulk loop checks the domain as it goes
+    (one more compare in it, not a pass of its own), and a task with an element outside
+    is computed again by the exact kernels (the outputs never overlap the inputs); the
+    exact loop alone otherwise."""
     if not spec.bulk_domain or not any(k in spec.bulk for k in keys):
         return body(False)
-    pa = _args(spec)
-    return (
-        "        ok = True\n"
-        "        for i in range(m):\n"
-        f"            ok &= _b_domain(_gclamp(g[i], lim){pa})\n"
-        "        if ok:\n" + _indent(body(True)) + "        else:\n" + _indent(body(False))
-    )
+    check = f"            ok &= _b_domain(gc{_args(spec)})\n"
+    return "        ok = True\n" + body(True) + check + "        if not ok:\n" + _indent(body(False))
 
 
 def _indent(code: str) -> str:
@@ -125,8 +124,8 @@ def source(spec) -> str:
         def fwd(bulk):
             return (
                 "        for i in range(m):\n"
-                f"            o[i] = {_k(spec, 'f', bulk)}(_gclamp(g[i], lim){pa})"
-                " * _uclamp(u[i], lim, shift)\n"
+                "            gc = _gclamp(g[i], lim)\n"
+                f"            o[i] = {_k(spec, 'f', bulk)}(gc{pa}) * _uclamp(u[i], lim, shift)\n"
             )
 
         args = f"xg, xu, out, {geo}{pa}"
