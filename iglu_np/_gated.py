@@ -15,7 +15,8 @@ activation to the input's dtype before the product, as an unfused ``act(a) * b``
 (torch's ``F.silu(a) * b`` in bfloat16), and reproduces that result bit for bit.
 
 numpy arrays of float32/float64 with scalar parameters take the CPU's fused loops
-(:mod:`iglu_np.backends.cpu.gated`); every other input (other dtypes, array parameters,
+(:mod:`iglu_np.backends.cpu.gated`), CuPy arrays one ElementwiseKernel per forward or
+backward (:mod:`iglu_np.backends.cuda.cupy_gated`); every other input (other dtypes, array parameters,
 broadcast operands, CuPy and Dask arrays) is composed from the activation's own kernels
 on its backend and numpy's functions (which CuPy and Dask arrays implement), with the
 same bits where both apply. torch and JAX host arrays are viewed as numpy arrays and
@@ -358,10 +359,42 @@ def _gated(g, op, x, up, go, axis, layout, limit, rounding, out, params):
     else:
         gate, upv, ax, lay = x, up, None, None
     if op in ("fwd", "bwd", "all", "params") and rounding == "once" and "backend" not in params:
-        r = _fused(g, op, x, up, go, ax, lay, lim, params, out)
+        if _on_cupy(x, up, go):
+            r = _cupy_fused(g, op, x, gate, upv, go, ax, lay, lim, params, out)
+        else:
+            r = _fused(g, op, x, up, go, ax, lay, lim, params, out)
         if r is not None:
             return r
     return _composed(g, op, x, gate, upv, go, ax, lay, lim, rounding, params, out)
+
+
+def _on_cupy(*arrays) -> bool:
+    return any(type(a).__module__.split(".")[0] == "cupy" for a in arrays if a is not None)
+
+
+def _cupy_fused(g, op, x, gate, upv, go, ax, lay, lim, params, out):
+    """The CuPy elementwise kernels of the gated form, or None where they do not apply
+    (16-bit data, array parameters, the parameters' gradients: composed instead)."""
+    if op not in ("fwd", "bwd") or out is not None or _half(gate, upv, go) is not None:
+        return None
+    from .backends.cuda import cupy_gated as cg
+
+    vals = _params.values(g._p, params)
+    if op == "fwd":
+        return cg.forward(g._spec_name, gate, upv, lim, g.shift, vals)
+    import cupy
+
+    shape = np.broadcast_shapes(gate.shape, upv.shape, go.shape)
+    if ax is not None:
+        if shape != gate.shape:
+            return None
+        dx = cupy.empty(x.shape, x.dtype)
+        dg, du, _, _ = g._split(dx, ax, lay)
+        return dx if cg.backward(g._spec_name, gate, upv, go, lim, g.shift, vals, dg, du) else None
+    dg, du = cupy.empty(shape, gate.dtype), cupy.empty(shape, upv.dtype)
+    if not cg.backward(g._spec_name, gate, upv, go, lim, g.shift, vals, dg, du):
+        return None
+    return _unb(dg, gate.shape), _unb(du, upv.shape)
 
 
 def _fused(g, op, x, up, go, ax, lay, lim, params, out):

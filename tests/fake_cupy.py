@@ -130,6 +130,8 @@ class ndarray:
         return v
 
     def __getitem__(self, key):
+        if isinstance(key, tuple) and len(key) == 1:  # x[(s,)], as x[s]
+            key = key[0]
         if key is Ellipsis:
             return self._view(0, self.shape, self.strides)
         if isinstance(key, (int, np.integer)):
