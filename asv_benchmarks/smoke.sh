@@ -43,6 +43,8 @@ A="'$ACT'"
     --bench "\($A, '5 elements', '\w+'\)" \
     --bench "\($A, 'float32'\)" \
     --bench "ForwardBF16.*\($A, 10000\)" \
-    --bench "\($A\)"
+    --bench "\($A\)" \
+    --bench "Gated\w+\.time_gated_\w+\('swiglu', 'float32', 65536\)" \
+    --bench "GatedLimits.*\('float32', 65536\)"
 
 echo "asv smoke check passed in $((SECONDS - start)) s"

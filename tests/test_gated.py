@@ -423,3 +423,16 @@ def test_trainer_fits_digits_with_gated_hidden_layers(activation, tmp_path):
     m.save(tmp_path / "m.npz")
     m2 = load(tmp_path / "m.npz")
     np.testing.assert_array_equal(m2.predict(X[te]), m.predict(X[te]))
+
+
+def test_bench_gated_reports_each_form_against_its_limits():
+    from iglu_np.cli import bench_gated
+
+    data = bench_gated.run(["swiglu", "swiglu_oai"], n=8192, repeats=1, min_time=0.0, torch=False)
+    assert [r["form"] for r in data["rows"]] == ["swiglu", "swiglu_oai"]
+    for r in data["rows"]:
+        assert r["fwd_x_limit"] == pytest.approx(r["fwd_s"] / r["fwd_limit_s"])
+        assert r["bwd_x_limit"] == pytest.approx(r["bwd_s"] / r["bwd_limit_s"])
+    assert len(data["limits"]["fwd_runs"]) == 3  # before each form and after the last
+    text = bench_gated.markdown(data)
+    assert "| swiglu_oai |" in text and ("Quiet machine" in text or "NOT quiet" in text)

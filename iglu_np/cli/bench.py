@@ -27,33 +27,19 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 
+from ._measure import DRIFT_MAX, SPREAD_MAX, machine_info  # noqa: F401  (re-exported)
+from ._measure import SPREADS as _SPREADS
+from ._measure import load as _load
+from ._measure import median_time as _median_time
+
 SIZES = (10_000, 1_000_000, 16_777_216)
 DTYPES = ("float32", "float64", "bfloat16")
 QUICK_SIZES = (10_000, 1_000_000)
-
-_SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine check)
-
-
-def _median_time(fn, repeats, min_time):
-    # warm-up: compiles; a kernel's first large call runs on one thread (the busy-machine
-    # guard's baseline, iglu_np.backends.cpu.loops), the second compiles the threaded one
-    fn()
-    fn()
-    ts = []
-    t_end = time.perf_counter() + min_time
-    while len(ts) < repeats or (time.perf_counter() < t_end and len(ts) < 10 * repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    lo, hi = np.percentile(ts, [10, 90])
-    _SPREADS.append(float(hi / lo) if lo > 0 else 1.0)
-    return float(np.median(ts))
 
 
 # A quiet machine: identity within this factor of the copy limit (the rows are relative
@@ -65,9 +51,7 @@ def _median_time(fn, repeats, min_time):
 # pass the first three checks while an unchanged kernel's time and the copy limit move by
 # a third or more between them.
 IDENTITY_MAX = 1.5
-SPREAD_MAX = 1.5
 CANARY_MAX = 1.3
-DRIFT_MAX = 1.4
 _CANARY_N = 16_384
 
 
@@ -183,61 +167,6 @@ def _torch_tensor(th, a):
     if a.dtype.kind not in "fiu":
         return th.from_numpy(a.view(np.int16)).view(th.bfloat16)
     return th.from_numpy(a)
-
-
-def machine_info() -> dict:
-    import numba
-
-    import iglu_np
-
-    from ..backends.cpu import tiers
-
-    info = {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "iglu_np": getattr(iglu_np, "__version__", "?"),
-        "cpu": _cpu_name(),
-        "cores": os.cpu_count(),
-        "numba_threads": numba.get_num_threads(),
-        "threading_layer": _threading_layer(),
-        "parallel_threshold": tiers.THRESHOLD,
-        "platform": platform.platform(),
-    }
-    try:
-        import llvmlite.binding as ll
-
-        info["llvm_cpu"] = ll.get_host_cpu_name()
-    except Exception:  # pragma: no cover
-        pass
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        info["torch"] = None
-    return info
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def _threading_layer():
-    import numba
-
-    try:
-        return numba.threading_layer()
-    except ValueError:
-        return "not yet initialised"
 
 
 def run(
@@ -376,13 +305,6 @@ def run(
     }
     data["quiet"] = quiet_check(data)
     return data
-
-
-def _load() -> float:
-    try:
-        return float(os.getloadavg()[0])
-    except OSError:
-        return 0.0
 
 
 def _torch_times(th, name, tx, tg, to, repeats, min_time):
@@ -551,6 +473,13 @@ def add_arguments(parser):
         help="skip the torch comparison even when torch is installed",
     )
     parser.add_argument(
+        "--gated",
+        action="store_true",
+        help="the gated forms (swiglu, glu, ...; NAME selects them) against their "
+        "two-in-one-out and three-in-two-out limits and torch, at the last --sizes "
+        "(default 16777216 outputs)",
+    )
+    parser.add_argument(
         "--device",
         choices=("cpu", "gpu"),
         default="cpu",
@@ -568,6 +497,10 @@ def add_arguments(parser):
 
 
 def main(args) -> int:
+    if getattr(args, "gated", False):
+        from . import bench_gated
+
+        return bench_gated.main(args)
     if args.device == "gpu":
         from . import bench_gpu
 

@@ -47,7 +47,7 @@ def versions() -> dict:
 
 
 def main(args) -> int:
-    from .. import ACTIVATIONS, ALIASES, backends
+    from .. import ACTIVATIONS, ALIASES, GATED, backends
     from . import cache
 
     info = {
@@ -56,6 +56,16 @@ def main(args) -> int:
             for n, a in ACTIVATIONS.items()
         },
         "aliases": {a: {"activation": t, "params": dict(p)} for a, (t, p) in ALIASES.items()},
+        "gated": {
+            n: {
+                "activation": g.activation.name,
+                "layout": g.layout,
+                "limit": g.limit,
+                "params": dict(g.defaults),
+                "source": g.source,
+            }
+            for n, g in GATED.items()
+        },
         "backends": {k: {"usable": u, "detail": r} for k, (u, r) in backend_status().items()},
         "array_types": [{"types": t, "backend": b} for t, b in backends.array_types()],
         "versions": versions(),
@@ -76,6 +86,10 @@ def main(args) -> int:
     for a, d in info["aliases"].items():
         ps = ", ".join(f"{k}={v!r}" for k, v in d["params"].items())
         print(f"  {a:<{w}}  {d['activation']}({ps})")
+    print(f"\ngated forms ({len(info['gated'])} named; <activation>_glu for every activation):")
+    w = max(map(len, info["gated"]), default=0)
+    for n, d in info["gated"].items():
+        print(f"  {n:<{w}}  {d['source']}")
     print("\nbackends:")
     for k, d in info["backends"].items():
         print(f"  {k:<11} {'yes' if d['usable'] else 'no '}  {d['detail']}")
