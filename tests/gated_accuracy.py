@@ -17,18 +17,20 @@ import numpy as np
 
 from tests import accuracy as acc
 
+KINDS = ("fwd", "dgate", "dup")
 UPS = (1.0, -1.5, 0.75, 3.0, -0.3125, 1e-3, -40.0)
 
 
-def _points(spec, dt, params, quick):
-    npts = dict(n_log=acc.QUICK["n_log"], n_lin=acc.QUICK["n_lin"]) if quick else {}
+def _points(spec, dt, params, quick, npts=None):
+    if npts is None:
+        npts = dict(n_log=acc.QUICK["n_log"], n_lin=acc.QUICK["n_lin"]) if quick else {}
     gate = acc.x_points(spec, dt, params, **npts)
     gate = gate[np.isfinite(gate)]
     up = np.resize(np.asarray(UPS, dtype=dt), gate.shape)
     return gate, up
 
 
-def errors(name: str, kind: str, dt, quick: bool = True) -> tuple:
+def errors(name: str, kind: str, dt, quick: bool = True, npts=None) -> tuple:
     """``(worst error, its gate, its up, bound)`` of ``kind`` ("fwd": the value, "dgate":
     ``up * act'(gate)``, "dup": ``act(gate)``) of ``<name>_glu`` in dtype ``dt`` at the
     activation's default parameters as ``dt`` holds them, from the fused loops (gate and
@@ -39,7 +41,7 @@ def errors(name: str, kind: str, dt, quick: bool = True) -> tuple:
     spec = act.spec
     g = act.glu
     params = acc.param_sets(spec, dt)[0]  # the defaults, rounded to dt
-    gate, up = _points(spec, dt, params, quick)
+    gate, up = _points(spec, dt, params, quick, npts)
     kw = {p: dt(v) for p, v in params.items()}
     with np.errstate(all="ignore"):
         if kind == "fwd":
@@ -67,3 +69,25 @@ def errors(name: str, kind: str, dt, quick: bool = True) -> tuple:
             worst = (e, float(gate[i]), float(up[i]))
     bound = acc.tolerance(spec, "fwd" if kind != "dgate" else "dx") + 1.0
     return (*worst, bound)
+
+
+def rows(names, n_log: int, n_lin: int) -> list:
+    """The sweep's rows (``tools/accuracy_sweep.py --gated``): per activation, kind and
+    dtype the worst error, where, and the bound."""
+    out = []
+    for name in names:
+        for kind in KINDS:
+            for dt in (np.float32, np.float64):
+                e, g, u, b = errors(name, kind, dt, npts=dict(n_log=n_log, n_lin=n_lin))
+                out.append(
+                    {
+                        "form": f"{name}_glu",
+                        "kind": kind,
+                        "dtype": np.dtype(dt).name,
+                        "worst": min(e, 1e300),
+                        "gate": g,
+                        "up": u,
+                        "bound": b,
+                    }
+                )
+    return out

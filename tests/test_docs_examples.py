@@ -106,6 +106,7 @@ def test_pages_have_examples():
         "docs/getting_started.rst",
         "docs/user_guide/cpu.rst",
         "docs/user_guide/dask.rst",
+        "docs/user_guide/gated.rst",
         "docs/user_guide/trainer.rst",
     ]:
         assert must in have, f"{must} has no >>> examples"

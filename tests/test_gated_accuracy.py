@@ -9,7 +9,7 @@ import iglu_np
 from tests import gated_accuracy as ga
 
 FEW = ["iglu", "xielu", "silu", "gelu", "gelu_tanh", "relu", "sigmoid", "softplus"]
-KINDS = ("fwd", "dgate", "dup")
+KINDS = ga.KINDS
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])

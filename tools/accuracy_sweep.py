@@ -121,7 +121,7 @@ def tasks(names) -> list:
 
 
 def machine() -> str:
-    from iglu_np.cli.bench import _cpu_name
+    from iglu_np.cli._measure import cpu_name
 
     try:
         import llvmlite.binding as ll
@@ -129,7 +129,7 @@ def machine() -> str:
         target = ll.get_host_cpu_name()
     except Exception:  # pragma: no cover
         target = "?"
-    return f"{_cpu_name()} ({target}), {os.cpu_count()} cores, {platform.system()}"
+    return f"{cpu_name()} ({target}), {os.cpu_count()} cores, {platform.system()}"
 
 
 def git_revision() -> str:
@@ -173,6 +173,8 @@ def versions() -> dict:
 def command(args) -> str:
     """The command that reproduces the file (``--jobs`` does not change it)."""
     parts = ["python tools/accuracy_sweep.py", f"--n-log {args.n_log}", f"--n-lin {args.n_lin}"]
+    if getattr(args, "gated", False):
+        parts.append("--gated")
     if getattr(args, "only", None):
         parts.append("--only " + ",".join(args.only))
     elif args.names:
@@ -247,6 +249,32 @@ def merged(old: dict, new: dict, names) -> dict:
     return {**old, "command": f"{old['command']}; then {note}", "rows": rows}
 
 
+def _gated(args, names, date) -> int:
+    """``--gated``: the gated forms' rows (tests/gated_accuracy.py), written to --out."""
+    from tests import gated_accuracy as ga
+
+    t0 = time.perf_counter()
+    rows = ga.rows(names, args.n_log, args.n_lin)
+    over = [r for r in rows if r["worst"] > r["bound"]]
+    if not args.quiet:
+        for r in rows:
+            print(
+                f"{r['form']:18s} {r['kind']:6s} {r['dtype']:8s} {r['worst']:8.3g} / {r['bound']:g}"
+            )
+        print(f"{len(rows)} rows, {len(over)} over their bound, {time.perf_counter() - t0:.0f} s")
+    if args.out:
+        data = {
+            "schema": 1,
+            "date": date,
+            "machine": machine(),
+            "command": command(args),
+            "versions": versions(),
+            "rows": rows,
+        }
+        Path(args.out).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    return 1 if over else 0
+
+
 def main(argv=None) -> int:
     import iglu_np
 
@@ -293,6 +321,12 @@ def main(argv=None) -> int:
         metavar="NAME,...",
         help="sweep these and merge their rows into the existing --out file",
     )
+    p.add_argument(
+        "--gated",
+        action="store_true",
+        help="sweep the gated forms (<name>_glu: value, d/dgate, d/dup at the defaults) "
+        "instead, into --out (docs/data/accuracy-gated.json for the docs)",
+    )
     p.add_argument("--quiet", action="store_true", help="no table, no progress")
     raw = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
@@ -322,6 +356,8 @@ def main(argv=None) -> int:
             sys.stderr.flush()
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if args.gated:
+        return _gated(args, names, date)
     t0, c0 = time.perf_counter(), time.process_time()
     rows, cpu = run(names, args.n_log, args.n_lin, args.jobs, progress)
     wall = time.perf_counter() - t0

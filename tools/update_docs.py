@@ -25,6 +25,13 @@ Inputs
 ``bench-gpu-<device>.json``
     ``iglu-np bench --device gpu --json``'s output (device, size, rows in ms, small) with
     ``date``, ``command``, ``git`` and ``versions`` added.
+``accuracy-gated.json`` (optional)
+    ``tools/accuracy_sweep.py --gated``: ``date``, ``command``, ``machine``, ``versions``
+    and one row per (gated form, kind, dtype): ``worst``, ``gate``, ``up``, ``bound``; a
+    section of the Accuracy page.
+``gated-cpu.json`` (optional)
+    ``iglu-np bench --gated --json`` (``record-bench --gated``) with ``date``, ``command``
+    and ``git``; a section of the Performance page.
 
 One file per machine: ``bench-<machine>.json`` gives a section of the Performance page and
 a plot ``images/performance-<machine>.png``.
@@ -137,7 +144,7 @@ def _versions(v: dict) -> str:
     return ", ".join(parts)
 
 
-def render_accuracy(data: dict) -> str:
+def render_accuracy(data: dict, gated=None) -> str:
     rows = data["rows"]
     by = {}
     for r in rows:
@@ -212,7 +219,57 @@ def render_accuracy(data: dict) -> str:
     for name, rs in by.items():
         title = f"``{name}``"
         out += [f".. _accuracy-{name}:", "", title, "~" * len(title), "", accuracy_table(rs)]
+    if gated is not None:
+        out += [""] + render_gated_accuracy(gated)
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_gated_accuracy(g: dict) -> list:
+    """The Accuracy page's section of ``accuracy_sweep.py --gated`` (accuracy-gated.json)."""
+    out = [
+        ".. _accuracy-gated:",
+        "",
+        "Gated forms",
+        "-----------",
+        "",
+        "Every activation's gated form ``<name>_glu`` (:doc:`user_guide/gated`) at its "
+        "default parameters: the value ``act(gate) * up``, its derivative in the gate "
+        "``up * act'(gate)`` and in up ``act(gate)``, from the fused CPU loops, against "
+        "the mpmath value times up. The gate runs over the x points above, up over exact "
+        "values from 1e-3 to 40 of both signs. The error is in units of ``ulp(act(gate)) * "
+        "|up|`` (the unit of the activation's own bound; the subnormal spacing as the floor), "
+        "so the bound is the activation's plus one for the product's rounding.",
+        "",
+        f":Date: {g['date']}",
+        f":Command: ``{g['command']}``",
+        "",
+    ]
+    by = {}
+    for r in g["rows"]:
+        by.setdefault(r["form"], {})[(r["kind"], r["dtype"])] = r
+    body = []
+    for form, d in by.items():
+        cells = [f"``{form}``"]
+        for kind in ("fwd", "dgate", "dup"):
+            for dt in DTYPES:
+                r = d.get((kind, dt))
+                cells.append(f"{r['worst']:.2f}" if r else "—")
+        cells.append(f"{100 * max(r['worst'] / r['bound'] for r in d.values()):.0f} %")
+        body.append(cells)
+    out += _list_table(
+        [
+            "form",
+            "value float32",
+            "value float64",
+            "d/dgate float32",
+            "d/dgate float64",
+            "d/dup float32",
+            "d/dup float64",
+            "worst / bound",
+        ],
+        body,
+    )
+    return out
 
 
 def check_accuracy(data: dict) -> list:
@@ -444,8 +501,66 @@ def _plot_gpu(b: dict, path: Path) -> None:
     )
 
 
-def render_performance(benches) -> str:
-    """``benches``: ``[(machine, data, image path relative to the docs dir)]``."""
+def render_gated(g: dict) -> list:
+    """The Performance page's section of ``iglu-np bench --gated --json`` (gated-cpu.json)."""
+    m, lim = g["machine"], g["limits"]
+    title = "Gated forms (CPU)"
+    out = [
+        ".. _performance-gated:",
+        "",
+        title,
+        "-" * len(title),
+        "",
+        f":Date: {g['date']}",
+        f":Command: ``{g['command']}``",
+        f":Git: ``{g['git']}``",
+        f":Machine: {_cpu_title(m)}, {m.get('numba_threads', '?')} Numba threads",
+        f":Quiet check: {_quiet_text(g['quiet'])}",
+        "",
+        f"``form(x, out=o)`` and ``form.backward(x, g, out=d)``, {g['dtype']}, x of shape "
+        f"{tuple(g['shape'])} split in halves along the last axis, each form against the "
+        "limits measured just before it: the forward's reads two arrays and writes one "
+        "(the faster of ``np.multiply`` and a threaded loop; fastest in the run "
+        f"{lim['fwd_s'] * 1e3:.2f} ms), the backward's reads three and writes two (fastest "
+        f"{lim['bwd_s'] * 1e3:.2f} ms); torch is its eager unfused form (``F.silu(a) * b``, "
+        "``F.glu(x)`` ...), forward and forward plus autograd backward.",
+        "",
+    ]
+    rows = []
+    for r in g["rows"]:
+        t = (
+            [f"{r['torch_fwd_x']:.2f}x", f"{r['torch_fwdbwd_x']:.2f}x"]
+            if "torch_fwd_s" in r
+            else ["", ""]
+        )
+        rows.append(
+            [
+                f"``{r['form']}``",
+                f"{r['fwd_s'] * 1e3:.2f}",
+                f"{r['fwd_x_limit']:.2f}",
+                f"{r['bwd_s'] * 1e3:.2f}",
+                f"{r['bwd_x_limit']:.2f}",
+                *t,
+            ]
+        )
+    out += _list_table(
+        [
+            "form",
+            "fwd ms",
+            "fwd × limit",
+            "bwd ms",
+            "bwd × limit",
+            "faster than torch, fwd",
+            "fwd + bwd",
+        ],
+        rows,
+    )
+    return out + [""]
+
+
+def render_performance(benches, gated=None) -> str:
+    """``benches``: ``[(machine, data, image path relative to the docs dir)]``; ``gated``:
+    the gated forms' run (``gated-cpu.json``) or None."""
     out = [
         GENERATED.format(src="bench-*.json"),
         ".. _performance:",
@@ -574,6 +689,8 @@ def render_performance(benches) -> str:
                 rows,
                 [16, 10, 10, 10, 10, 10, 10],
             )
+    if gated is not None:
+        out += render_gated(gated)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -739,10 +856,14 @@ def pages(data_dir: Path, docs_dir: Path) -> dict:
     benches = []
     for machine, p in machines(data_dir):
         benches.append((machine, json.loads(p.read_text()), f"images/performance-{machine}.png"))
+    gp = data_dir / "gated-cpu.json"
+    gated = json.loads(gp.read_text()) if gp.is_file() else None
+    ga = data_dir / "accuracy-gated.json"
+    gacc = json.loads(ga.read_text()) if ga.is_file() else None
     return (
         {
-            docs_dir / "accuracy.rst": render_accuracy(acc),
-            docs_dir / "performance.rst": render_performance(benches),
+            docs_dir / "accuracy.rst": render_accuracy(acc, gacc),
+            docs_dir / "performance.rst": render_performance(benches, gated),
         },
         acc,
         benches,
@@ -792,7 +913,8 @@ def write(data_dir: Path, docs_dir: Path) -> None:
 def record_bench(data_dir: Path, bench_args: list) -> int:
     """Run ``iglu-np bench --json BENCH_ARGS`` (this checkout's iglu_np) and write its output
     with the run's date, command and git revision to ``bench-cpu.json``, or with
-    ``--device gpu`` also the versions to ``bench-gpu-<device>.json``."""
+    ``--device gpu`` also the versions to ``bench-gpu-<device>.json``, or with ``--gated``
+    to ``gated-cpu.json``."""
     import re
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -816,7 +938,10 @@ def record_bench(data_dir: Path, bench_args: list) -> int:
         "command": shlex.join(["iglu-np", "bench", "--json", *bench_args]),
         "git": git_revision(),
     }
-    if _is_gpu(data):
+    if "--gated" in bench_args:
+        path = data_dir / "gated-cpu.json"
+        verdict = _quiet_text(data["quiet"])
+    elif _is_gpu(data):
         out["versions"] = versions()
         slug = re.sub(r"[^a-z0-9]+", "-", data["device"].lower()).strip("-") or "device"
         path = data_dir / f"bench-gpu-{slug}.json"
