@@ -61,7 +61,9 @@ def _bulked(spec, keys, body) -> str:
     if not spec.bulk_domain or not any(k in spec.bulk for k in keys):
         return body(False)
     check = f"            ok &= _b_domain(gc{_args(spec)})\n"
-    return "        ok = True\n" + body(True) + check + "        if not ok:\n" + _indent(body(False))
+    return (
+        "        ok = True\n" + body(True) + check + "        if not ok:\n" + _indent(body(False))
+    )
 
 
 def _indent(code: str) -> str:
