@@ -249,6 +249,17 @@ def merged(old: dict, new: dict, names) -> dict:
     return {**old, "command": f"{old['command']}; then {note}", "rows": rows}
 
 
+def _header(args, date) -> dict:
+    """The fields every sweep file starts with."""
+    return {
+        "schema": 1,
+        "date": date,
+        "machine": machine(),
+        "command": command(args),
+        "versions": versions(),
+    }
+
+
 def _gated(args, names, date) -> int:
     """``--gated``: the gated forms' rows (tests/gated_accuracy.py), written to --out."""
     from tests import gated_accuracy as ga
@@ -263,14 +274,7 @@ def _gated(args, names, date) -> int:
             )
         print(f"{len(rows)} rows, {len(over)} over their bound, {time.perf_counter() - t0:.0f} s")
     if args.out:
-        data = {
-            "schema": 1,
-            "date": date,
-            "machine": machine(),
-            "command": command(args),
-            "versions": versions(),
-            "rows": rows,
-        }
+        data = {**_header(args, date), "rows": rows}
         Path(args.out).write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     return 1 if over else 0
 
@@ -365,11 +369,7 @@ def main(argv=None) -> int:
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\n")
     data = {
-        "schema": 1,
-        "date": date,
-        "machine": machine(),
-        "command": command(args),
-        "versions": versions(),
+        **_header(args, date),
         "bounds": {"fwd": acc.FWD_ULP, "derivative": acc.DER_ULP},
         "rows": rows,
     }
