@@ -20,7 +20,10 @@ backward (:mod:`iglu_np.backends.cuda.cupy_gated`); every other input (other dty
 broadcast operands, CuPy and Dask arrays) is composed from the activation's own kernels
 on its backend and numpy's functions (which CuPy and Dask arrays implement), with the
 same bits where both apply. torch and JAX host arrays are viewed as numpy arrays and
-returned as their type. Numba CUDA device arrays are refused (no array operations).
+returned as their type. Numba CUDA device arrays take their own fused kernels
+(:mod:`iglu_np.backends.cuda.numba_cuda._gated`) for the forward and the input gradients
+of C-contiguous operands; the rest is refused with a TypeError (device arrays have no
+array operations to compose with).
 """
 
 from __future__ import annotations
@@ -327,19 +330,49 @@ def _host(g, op, x, up, go, axis, layout, limit, rounding, out, params):
     return back(r)
 
 
+def _numba_cuda(g, op, x, up, go, axis, layout, limit, rounding, out, params):
+    """Numba CUDA device arrays: the fused kernels of
+    :mod:`iglu_np.backends.cuda.numba_cuda._gated` (C-contiguous float32/float64
+    operands, scalar parameters, the forward and the input gradients), else a TypeError:
+    device arrays have no array operations to compose the rest from."""
+    why = None
+    if op not in ("fwd", "bwd"):
+        why = "the parameters' gradients"
+    elif out is not None or rounding != "once" or "backend" in params:
+        why = "out=, rounding='twice' and backend="
+    if why is None:
+        from .backends.cuda.numba_cuda import _gated as ng
+
+        params = g._params(params)
+        vals = _params.values(g._p, params)
+        lim = g._limit(limit)
+        if up is None:
+            _, _, ax, lay = g._split(x, axis, layout)
+        else:
+            ax, lay = None, None
+        if op == "fwd":
+            r = ng.forward(g._spec_name, x, up, ax, lay, g.gate_first, lim, g.shift, vals)
+        else:
+            r = ng.backward(g._spec_name, x, up, go, ax, lay, g.gate_first, lim, g.shift, vals)
+        if r is not None:
+            return r
+        why = "these operands (they must be C-contiguous float32/float64 of one shape)"
+    raise TypeError(
+        f"{g.name}: Numba CUDA device arrays take the forward and the input gradients of "
+        f"C-contiguous float32/float64 operands with scalar parameters, not {why}; pass "
+        "cupy.asarray(x) (CuPy arrays take every case) or a torch CUDA tensor through "
+        "iglu_np.torch"
+    )
+
+
 def _numba_device(a) -> bool:
     m = type(a).__module__
     return m.startswith(("numba.cuda", "numba_cuda")) and hasattr(a, "copy_to_host")
 
 
 def _gated(g, op, x, up, go, axis, layout, limit, rounding, out, params):
-    for a in (x, up, go):
-        if _numba_device(a):
-            raise TypeError(
-                f"{g.name}: Numba CUDA device arrays are not taken by the gated forms (they "
-                "have no array operations to compose with); pass cupy.asarray(x) or a torch "
-                "CUDA tensor through iglu_np.torch"
-            )
+    if any(_numba_device(a) for a in (x, up, go)):
+        return _numba_cuda(g, op, x, up, go, axis, layout, limit, rounding, out, params)
     if rounding not in _ROUNDINGS:
         raise ValueError(f"{g.name}: rounding must be 'once' or 'twice', got {rounding!r}")
     params = g._params(params)
