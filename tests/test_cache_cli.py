@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from .compile_counter import COUNT_COMPILES
 from .test_cache_heal import _read_only_runner, _writable_again
 
@@ -83,6 +85,35 @@ def test_warmup_builds_a_cache_that_a_read_only_reader_uses(tmp_path):
         assert json.loads(info.stdout)["writable"] is False
     finally:
         _writable_again(cache)
+
+
+GATED_USER = COUNT_COMPILES + textwrap.dedent("""
+    import json
+    import numpy as np
+    import iglu_np
+    from iglu_np.backends.cpu import backend as cpu_backend
+    cpu_backend.set_threshold(1 << 16)
+    x = np.linspace(-3, 3, 1 << 18, dtype=np.float32).reshape(2, -1)
+    go = np.ones((2, x.shape[1] // 2), np.float32)
+    for _ in range(3):  # the guard's one-thread call, then threaded ones
+        for lay in ("halves", "interleaved"):
+            iglu_np.leaky_relu.glu(x, layout=lay)
+            iglu_np.leaky_relu.glu.backward_all(x, go, layout=lay)
+        iglu_np.leaky_relu.glu(x, x)
+    print(json.dumps({"compiles": n[0]}))
+""")
+
+
+@pytest.mark.slow
+def test_warmup_gated_compiles_what_the_gated_calls_run(tmp_path):
+    env = _env(tmp_path / "c", tmp_path / "h")
+    r = _cli(env, "warmup", "leaky_relu", "--dtype", "float32", "--gated")
+    assert r.returncode == 0, r.stderr[-3000:]
+    u = subprocess.run(
+        [sys.executable, "-c", GATED_USER], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert u.returncode == 0, u.stderr[-3000:]
+    assert json.loads(u.stdout.strip().splitlines()[-1]) == {"compiles": 0}
 
 
 def test_warmup_rejects_an_unknown_activation(tmp_path):

@@ -5,7 +5,8 @@ numpy ufunc of every kernel kind (forward, ``dx``, ``backward``, each parameter'
 ``d_<p>`` and ``bwd_<p>``; float32 and float64 together), and for each ``--dtype`` the
 fast path's loops of the forward, ``dx`` and ``backward`` (single-thread and threaded)
 and the threaded and single-thread reductions of ``backward_params`` and
-``backward_all``. Activations compile in parallel processes (``--jobs``), one progress
+``backward_all``; with ``--gated`` the gated forms' fused CPU loops too. Activations
+compile in parallel processes (``--jobs``), one progress
 line each (a bar with tqdm on a terminal).
 
 The cache goes where calls look for it (``IGLU_NP_CACHE_DIR``; ``iglu-np cache`` says
@@ -16,6 +17,7 @@ Examples::
 
     iglu-np warmup                      every activation, float32 and float64
     iglu-np warmup iglu gelu --dtype float32
+    iglu-np warmup silu iglu --gated    with swiglu's and iglu_glu's fused loops
     IGLU_NP_CACHE_DIR=/opt/iglu-cache iglu-np warmup --jobs 4
 """
 
@@ -47,13 +49,20 @@ def add_arguments(p):
         help="parallel processes (default 0: one per CPU, at most one per activation)",
     )
     p.add_argument(
+        "--gated",
+        action="store_true",
+        help="also the gated forms' fused CPU loops (<name>.glu, swiglu ...: every layout, "
+        "single-thread and threaded)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print the seconds per activation and in all as JSON"
     )
 
 
-def warm(name: str, dtypes=DTYPES) -> dict:
-    """Compile (or load) every kernel of activation ``name`` listed above; returns
-    ``{"seconds": ..., "cpu_seconds": ...}`` spent in this process."""
+def warm(name: str, dtypes=DTYPES, gated: bool = False) -> dict:
+    """Compile (or load) every kernel of activation ``name`` listed above (with ``gated``,
+    its gated loops too: :func:`warm_gated`); returns ``{"seconds": ..., "cpu_seconds":
+    ...}`` spent in this process."""
     import numpy as np
 
     t, c = time.perf_counter(), time.process_time()
@@ -83,11 +92,41 @@ def warm(name: str, dtypes=DTYPES) -> dict:
                 for p in act.param_names:
                     ready(cpu_fast.kernel(name, "sum_" + p, par), (x, x, part1, par, *ps))
                 ready(cpu_fast.kernel(name, BWD_ALL, par), (x, x, out, part2, par, *ps))
+        if gated:
+            warm_gated(name, dt)
     return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c}
 
 
-def _job(name, dtypes):
-    return name, warm(name, dtypes)
+def warm_gated(name: str, dt) -> None:
+    """Compile (or load) the gated loops of activation ``name`` for dtype ``dt``: forward,
+    backward and (with parameters) the one-pass backward, in every layout, each as its
+    single-thread task function and its threaded launcher, with the signatures the calls
+    use (:func:`iglu_np.backends.cpu.gated._run`)."""
+    import numpy as np
+
+    from .. import get
+    from ..backends.cpu import gated as cg
+    from ..backends.cpu import tiers
+    from ..backends.cpu.gated_source import LAYOUTS
+
+    spec = get(name).spec
+    a = np.zeros(8, dt)
+    part = np.zeros((len(spec.param_names), 1), np.float64)
+    tail = (dt.type(np.inf), dt.type(0.0), *(dt.type(v) for v in spec.defaults.values()))
+    geo = (1, 4, 0, 4, 0, 0, 1)
+    ops = [("fwd", (a, a, a)), ("bwd", (a, a, a, a, a))]
+    if spec.param_names:
+        ops.append(("all", (a, a, a, a, a, part)))
+    for lay in LAYOUTS:
+        for op, arrays in ops:
+            fn = f"glu_{op}_{lay}"
+            args = (*arrays, *geo, *tail)
+            tiers._ready(cg._kernel(spec, fn, False), args)
+            tiers._ready(cg._kernel(spec, fn, True), (*args, True))
+
+
+def _job(name, dtypes, gated=False):
+    return name, warm(name, dtypes, gated)
 
 
 def _reporter(total: int):
@@ -150,7 +189,7 @@ def main(args) -> int:
     # spawn: a fresh interpreter per worker (safe whatever threads this process runs);
     # each worker finds the cache through the same environment
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        futs = [pool.submit(_job, n, tuple(args.dtype)) for n in names]
+        futs = [pool.submit(_job, n, tuple(args.dtype), args.gated) for n in names]
         for f in as_completed(futs):
             name, r = f.result()
             res[name] = r
