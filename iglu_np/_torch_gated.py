@@ -1,16 +1,22 @@
 """The gated forms for torch: ``iglu_np.torch.swiglu`` ... and ``nn.Module`` layers
 (``iglu_np.torch.SwiGLU`` ...), built by :mod:`iglu_np.torch` from its activations.
 
-Each function is :func:`iglu_np._gated.bridge` over the activation's custom op: the
-split, the clamps and the product are torch operations, so autograd, ``gradcheck`` and
-``torch.compile(fullgraph=True)`` see ordinary ops around the one opaque activation node,
-and CUDA tensors stay on their device.
+CPU tensors with number parameters take one custom op, ``torch.ops.iglu_np.gated`` (the
+form's name an argument), with its backward ``gated_backward``: iglu_np's fused CPU loops
+on the tensors' memory, one opaque node each for ``torch.compile``. Otherwise (CUDA
+tensors, tensor parameters such as a layer's learnable ones) a function is
+:func:`iglu_np._gated.bridge` over the activation's custom op: the split, the clamps and
+the product are torch operations around the one opaque activation node, differentiable in
+every tensor parameter, and CUDA tensors stay on their device.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from . import _params
 from ._api import all_gated, gated_forms, get_gated
 from ._gated import _DEFAULT, bridge
 
@@ -38,10 +44,107 @@ def _widen(a):
     return a.float()
 
 
+# --------------------------------------------------------------------------- the fused op
+_OP = "(Tensor x, Tensor? up, str form, int axis, str layout, float limit, str rounding, float[] params)"
+
+
+def _call(form, x, up, axis, layout, limit, rounding, params, grad=None):
+    g = get_gated(form)
+    kw = dict(axis=axis, layout=layout, limit=None if math.isinf(limit) else limit)
+    kw.update(zip(g._p.param_names, params), rounding=rounding)
+    x = x.detach()
+    up = up.detach() if up is not None else None
+    with torch.no_grad():
+        if grad is None:
+            return g(x, up, **kw)
+        return g.backward(x, grad, up, **kw)
+
+
+def _gated_impl(x, up, form, axis, layout, limit, rounding, params):
+    return _call(form, x, up, axis, layout, limit, rounding, params)
+
+
+def _gated_backward_impl(grad, x, up, form, axis, layout, limit, rounding, params):
+    r = _call(form, x, up, axis, layout, limit, rounding, params, grad.detach().contiguous())
+    return [r] if up is None else list(r)
+
+
+_gated_op = torch.library.custom_op(
+    "iglu_np::gated", _gated_impl, mutates_args=(), schema=_OP + " -> Tensor"
+)
+_gated_backward_op = torch.library.custom_op(
+    "iglu_np::gated_backward",
+    _gated_backward_impl,
+    mutates_args=(),
+    schema=_OP.replace("(Tensor x", "(Tensor grad, Tensor x") + " -> Tensor[]",
+)
+
+
+@_gated_op.register_fake
+def _(x, up, form, axis, layout, limit, rounding, params):
+    if up is not None:
+        return x.new_empty(torch.broadcast_shapes(x.shape, up.shape))
+    shape = list(x.shape)
+    shape[axis] //= 2
+    return x.new_empty(shape)
+
+
+@_gated_backward_op.register_fake
+def _(grad, x, up, form, axis, layout, limit, rounding, params):
+    return [torch.empty_like(x)] if up is None else [torch.empty_like(x), torch.empty_like(up)]
+
+
+def _setup(ctx, inputs, output):
+    x, up, *rest = inputs
+    ctx.rest = rest
+    ctx.has_up = up is not None
+    ctx.save_for_backward(x, *([up] if up is not None else []))
+
+
+def _backward(ctx, grad):
+    x, *up = ctx.saved_tensors
+    up = up[0] if ctx.has_up else None
+    res = _gated_backward_op(grad, x, up, *ctx.rest)
+    return (res[0], res[1] if ctx.has_up else None, *([None] * len(ctx.rest)))
+
+
+_gated_op.register_autograd(_backward, setup_context=_setup)
+
+
+def _fused(g, composed):
+    """``g``'s function: the fused op where it applies, else ``composed``."""
+
+    def fn(x, up=None, /, *, axis=-1, layout=None, limit=_DEFAULT, rounding="once", **params):
+        if (
+            isinstance(x, torch.Tensor)
+            and x.device.type == "cpu"
+            and (up is None or (isinstance(up, torch.Tensor) and up.device.type == "cpu"))
+            and not any(isinstance(v, torch.Tensor) for v in params.values())
+            and x.dtype in _FLOATS
+        ):
+            q = g._params(params)
+            q.pop("backend", None)
+            vals = [float(v) for v in _params.values(g._p, q)]
+            lay = g.layout if layout is None else layout
+            lim = g._limit(limit)
+            nd = x.dim()
+            if not -nd <= axis < nd:
+                raise ValueError(f"{g.name}: axis {axis} is out of bounds for {nd} dimension(s)")
+            return _gated_op(x, up, g.name, axis % nd, lay, lim, rounding, vals)
+        return composed(x, up, axis=axis, layout=layout, limit=limit, rounding=rounding, **params)
+
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(fn, attr, getattr(composed, attr))
+    return fn
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def build(functions, activation_module, class_name, module: str):
     """``(gated functions, gated module classes)`` by name."""
     fns = {
-        name: bridge(g, functions[g._spec_name], _clamp, _widen, _narrow, module)
+        name: _fused(g, bridge(g, functions[g._spec_name], _clamp, _widen, _narrow, module))
         for name, g in all_gated().items()
     }
     Gated._activation = activation_module
@@ -103,12 +206,38 @@ class Gated(torch.nn.Module):
             channel_dim=channel_dim,
             **q,
         )
+        # the form's own limit resolved now: a sentinel would not survive pickling
+        limit = g.limit if limit is _DEFAULT else limit
         self._kw = dict(axis=axis, layout=layout, limit=limit, rounding=rounding)
-        self._fn = bridge(g, lambda a, **_: self.act(a), _clamp, _widen, _narrow, Gated._module)
+        self._bind()
+
+    def _bind(self):
+        g = get_gated(self.gated)
+        self._composed = bridge(
+            g, lambda a, **_: self.act(a), _clamp, _widen, _narrow, Gated._module
+        )
+        self._fn = _fused(g, self._composed)
+
+    # the bound functions are closures: pickled as the form's name, rebuilt on load
+    def __getstate__(self):
+        st = dict(self.__dict__)
+        st.pop("_composed", None)
+        st.pop("_fn", None)
+        return st
+
+    def __setstate__(self, st):
+        self.__dict__.update(st)
+        self._bind()
 
     def forward(self, x, up=None):
-        return self._fn(x, up, **self._kw)
+        vals = self.act._values()
+        if all(isinstance(v, float) for v in vals.values()):
+            # fixed numbers: the fused op (the activation's values, by its names)
+            back = get_gated(self.gated)._back
+            return self._fn(x, up, **self._kw, **{back.get(k, k): v for k, v in vals.items()})
+        # learnable (tensor) values: the layer's activation between torch's own ops
+        return self._composed(x, up, **self._kw)
 
     def extra_repr(self) -> str:
-        kw = {k: v for k, v in self._kw.items() if v is not None and v is not _DEFAULT}
+        kw = {k: v for k, v in self._kw.items() if v is not None}
         return f"{self.gated!r}, " + ", ".join(f"{k}={v!r}" for k, v in kw.items())

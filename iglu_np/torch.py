@@ -28,7 +28,8 @@ activation has a named subclass (``IGLU``, ``GELU``, ``LeakyReLU``, ``XIELU``, .
 
 The gated forms (:mod:`iglu_np._gated`) are functions too: ``iglu_np.torch.swiglu``,
 ``glu``, ``swiglu_oai``, ``iglu_glu``, ... and ``<activation>_glu`` for every activation
-(:data:`GATED`), with layers ``SwiGLU``, ``GeGLU``, ``ReGLU``, ``GLU``, ``SwiGLUOAI``,
+(:data:`GATED`; CPU tensors with number parameters through the fused op
+``torch.ops.iglu_np.gated``), with layers ``SwiGLU``, ``GeGLU``, ``ReGLU``, ``GLU``, ``SwiGLUOAI``,
 ``IGLUGLU``, ``XIELUGLU``, ``GeGLUTanh`` (:data:`GATED_MODULES`, :class:`Gated`).
 
 Importing ``iglu_np`` never imports torch; this module needs it
