@@ -261,6 +261,84 @@ functions of their target, the alias's parameter values as defaults
 (``iglu_np.jax.quick_gelu(x)`` is ``iglu_np.jax.swish(x, beta=1.702)``)."""
 
 
+# The gated forms with number parameters: one custom_vjp over the fused CPU loops (a
+# pure_callback each way, as the activations' functions); array parameters compose the
+# activation's function with jax.numpy's split, clamps and product instead.
+def _gated_fwd_host(form, static, x, up):
+    g = _api.get_gated(form)
+    axis, layout, limit, rounding, params = static
+    r = g(
+        np.asarray(x),
+        None if up is None else np.asarray(up),
+        axis=axis,
+        layout=layout,
+        limit=limit,
+        rounding=rounding,
+        **dict(params),
+    )
+    return np.asarray(r, dtype=np.asarray(x).dtype)
+
+
+def _gated_bwd_host(form, static, x, up, ct):
+    g = _api.get_gated(form)
+    axis, layout, limit, rounding, params = static
+    x = np.asarray(x)
+    r = g.backward(
+        x,
+        np.asarray(ct),
+        None if up is None else np.asarray(up),
+        axis=axis,
+        layout=layout,
+        limit=limit,
+        rounding=rounding,
+        **dict(params),
+    )
+    if up is None:
+        return (np.asarray(r, dtype=x.dtype),)
+    return np.asarray(r[0], dtype=x.dtype), np.asarray(r[1], dtype=np.asarray(up).dtype)
+
+
+def _gated_shape(static, x, up):
+    if up is not None:
+        return jnp.broadcast_shapes(x.shape, up.shape)
+    shape = list(x.shape)
+    shape[static[0]] //= 2
+    return tuple(shape)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _gated_apply(form, static, x, up):
+    return _gated_fwd(form, static, x, up)[0]
+
+
+def _gated_fwd(form, static, x, up):
+    out = jax.ShapeDtypeStruct(_gated_shape(static, x, up), x.dtype)
+    args = (x,) if up is None else (x, up)
+    y = jax.pure_callback(
+        lambda x, up=None: _gated_fwd_host(form, static, x, up), out, *args, vmap_method=_VMAP
+    )
+    return y, (x, up)
+
+
+def _gated_bwd(form, static, res, ct):
+    x, up = res
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
+    if up is not None:
+        shapes.append(jax.ShapeDtypeStruct(up.shape, up.dtype))
+    args = (x, ct.astype(x.dtype)) if up is None else (x, up, ct.astype(x.dtype))
+
+    def host(*a):
+        if up is None:
+            return _gated_bwd_host(form, static, a[0], None, a[1])
+        return _gated_bwd_host(form, static, a[0], a[1], a[2])
+
+    grads = jax.pure_callback(host, tuple(shapes), *args, vmap_method=_VMAP)
+    return (grads[0], None) if up is None else (grads[0], grads[1])
+
+
+_gated_apply.defvjp(_gated_fwd, _gated_bwd)
+
+
 def _clamp(a, lo, hi):
     # where, not minimum/clip: the gradient passes at the bound itself (torch.clamp's
     # convention; lax.min splits it between the operands at a tie)
@@ -271,22 +349,67 @@ def _clamp(a, lo, hi):
     return a
 
 
+def _gated_function(g, composed):
+    def fn(
+        x, up=None, /, *, axis=-1, layout=None, limit=_gated._DEFAULT, rounding="once", **params
+    ):
+        if not all(_is_constant(v) for v in params.values()):
+            return composed(
+                x, up, axis=axis, layout=layout, limit=limit, rounding=rounding, **params
+            )
+        q = g._params(params)
+        q.pop("backend", None)
+        vals = _params.values(g._p, q)  # iglu_np's domain checks, now
+        lim = g._limit(limit)
+        x = jnp.asarray(x)
+        if up is not None:
+            up = jnp.asarray(up)
+            ax = -1
+        else:
+            nd = x.ndim
+            if not -nd <= axis < nd:
+                raise ValueError(f"{g.name}: axis {axis} is out of bounds for {nd} dimension(s)")
+            ax = axis % nd - nd  # from the end: vmap's batch axes come first
+            if x.shape[ax] % 2:
+                raise ValueError(
+                    f"{g.name}: axis {axis} has length {x.shape[ax]}; splitting into gate "
+                    "and up needs an even length"
+                )
+        static = (
+            ax,
+            g.layout if layout is None else layout,
+            None if lim == float("inf") else lim,
+            rounding,
+            tuple((k, float(v)) for k, v in zip(g._p.param_names, vals)),
+        )
+        return _gated_apply(g.name, static, x, up)
+
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(fn, attr, getattr(composed, attr))
+    return fn
+
+
 GATED = MappingProxyType(
     {
-        n: _gated.bridge(
+        n: _gated_function(
             g,
-            ACTIVATIONS[g._spec_name],
-            _clamp,
-            lambda a: a.astype(jnp.float32),
-            lambda a, dt: a.astype(dt),
-            __name__,
+            _gated.bridge(
+                g,
+                ACTIVATIONS[g._spec_name],
+                _clamp,
+                lambda a: a.astype(jnp.float32),
+                lambda a, dt: a.astype(dt),
+                __name__,
+            ),
         )
         for n, g in _api.all_gated().items()
     }
 )
 """Gated form name -> JAX function (``iglu_np.jax.swiglu`` ...): the named forms and
-``<activation>_glu`` for every activation; the split, clamps and product are jax.numpy
-operations around the activation's function (:mod:`iglu_np._gated`)."""
+``<activation>_glu`` for every activation. With number parameters, one custom_vjp over
+iglu_np's fused CPU loops (a pure_callback each way); with array parameters, the
+activation's function between jax.numpy's split, clamps and product
+(:mod:`iglu_np._gated`)."""
 globals().update(ACTIVATIONS)
 globals().update(ALIASES)
 globals().update(GATED)

@@ -196,3 +196,22 @@ def test_jax_names_cover_every_form_and_activation(ij):
     assert set(iglu_np.GATED) <= set(ij.GATED)
     assert {f"{n}_glu" for n in iglu_np.ACTIVATIONS} <= set(ij.GATED)
     assert ij.swiglu is ij.GATED["swiglu"]
+
+
+def test_jax_number_parameters_take_the_fused_loops_under_jit_grad_and_vmap(ij):
+    import jax
+    import jax.numpy as jnp
+
+    x = _x(6, (4, 3, 8)).astype(np.float32)
+    g = iglu_np.swiglu_oai
+    fn = lambda v: ij.swiglu_oai(v, alpha=1.3)  # noqa: E731
+    jaxpr = str(jax.make_jaxpr(fn)(jnp.asarray(x)))
+    assert jaxpr.count("pure_callback") == 1
+    # the clamps and the product are inside the fused loops, not jax.numpy operations
+    assert "select_n" not in jaxpr and "mul" not in jaxpr
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), g(x, alpha=1.3))
+    ct = np.random.default_rng(2).standard_normal((4, 3, 4)).astype(np.float32)
+    gx = jax.grad(lambda v: jnp.sum(fn(v) * ct))(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(gx), g.backward(x, ct, alpha=1.3))
+    vm = jax.vmap(fn)(jnp.asarray(x))  # batch axes in front: the split axis counts from the end
+    np.testing.assert_array_equal(np.asarray(vm), g(x, alpha=1.3))
