@@ -264,35 +264,21 @@ functions of their target, the alias's parameter values as defaults
 # The gated forms with number parameters: one custom_vjp over the fused CPU loops (a
 # pure_callback each way, as the activations' functions); array parameters compose the
 # activation's function with jax.numpy's split, clamps and product instead.
-def _gated_fwd_host(form, static, x, up):
-    g = _api.get_gated(form)
+def _gated_kw(static) -> dict:
     axis, layout, limit, rounding, params = static
-    r = g(
-        np.asarray(x),
-        None if up is None else np.asarray(up),
-        axis=axis,
-        layout=layout,
-        limit=limit,
-        rounding=rounding,
-        **dict(params),
-    )
+    return dict(axis=axis, layout=layout, limit=limit, rounding=rounding, **dict(params))
+
+
+def _gated_fwd_host(form, static, x, up):
+    up = None if up is None else np.asarray(up)
+    r = _api.get_gated(form)(np.asarray(x), up, **_gated_kw(static))
     return np.asarray(r, dtype=np.asarray(x).dtype)
 
 
 def _gated_bwd_host(form, static, x, up, ct):
-    g = _api.get_gated(form)
-    axis, layout, limit, rounding, params = static
     x = np.asarray(x)
-    r = g.backward(
-        x,
-        np.asarray(ct),
-        None if up is None else np.asarray(up),
-        axis=axis,
-        layout=layout,
-        limit=limit,
-        rounding=rounding,
-        **dict(params),
-    )
+    up = None if up is None else np.asarray(up)
+    r = _api.get_gated(form).backward(x, np.asarray(ct), up, **_gated_kw(static))
     if up is None:
         return (np.asarray(r, dtype=x.dtype),)
     return np.asarray(r[0], dtype=x.dtype), np.asarray(r[1], dtype=np.asarray(up).dtype)

@@ -114,20 +114,24 @@ def _fits(arrays, vals):
     return dt
 
 
+def _geometry(x, up, axis, layout, gate_first):
+    """The CPU loops' geometry of the operands (:func:`iglu_np.backends.cpu.gated.geometry`;
+    gate and up given: one row of all the elements)."""
+    from ...cpu.gated import geometry
+
+    if up is None:
+        return geometry(tuple(x.shape), axis, layout, gate_first)
+    return 1, x.size, 0, 0, 0, "s1", tuple(x.shape)
+
+
 def forward(name, x, up, axis, layout, gate_first, lim, shift, vals):
     """``act(gate) * up`` of C-contiguous device arrays (a new device array), or None
     where the kernel does not apply."""
-    from ...cpu.gated import geometry
-
     cuda = _discovery._cuda()
-    ins = (x,) if up is None else (x, up)
-    dt = _fits(ins, vals)
+    dt = _fits((x,) if up is None else (x, up), vals)
     if dt is None or (up is not None and tuple(up.shape) != tuple(x.shape)):
         return None
-    if up is None:
-        r, c, goff, uoff, rs, lay, oshape = geometry(tuple(x.shape), axis, layout, gate_first)
-    else:
-        r, c, goff, uoff, rs, lay, oshape = 1, x.size, 0, 0, 0, "s1", tuple(x.shape)
+    r, c, goff, uoff, rs, lay, oshape = _geometry(x, up, axis, layout, gate_first)
     out = cuda.device_array(r * c, dt)
     xf = x.reshape(x.size)
     uf = xf if up is None else up.reshape(up.size)
@@ -137,17 +141,11 @@ def forward(name, x, up, axis, layout, gate_first, lim, shift, vals):
 
 def backward(name, x, up, go, axis, layout, gate_first, lim, shift, vals):
     """The gradient for x (or the pair for gate and up) as new device arrays, or None."""
-    from ...cpu.gated import geometry
-
     cuda = _discovery._cuda()
-    ins = (x, go) if up is None else (x, up, go)
-    dt = _fits(ins, vals)
+    dt = _fits((x, go) if up is None else (x, up, go), vals)
     if dt is None or (up is not None and tuple(up.shape) != tuple(x.shape)):
         return None
-    if up is None:
-        r, c, goff, uoff, rs, lay, oshape = geometry(tuple(x.shape), axis, layout, gate_first)
-    else:
-        r, c, goff, uoff, rs, lay, oshape = 1, x.size, 0, 0, 0, "s1", tuple(x.shape)
+    r, c, goff, uoff, rs, lay, oshape = _geometry(x, up, axis, layout, gate_first)
     if tuple(go.shape) != tuple(oshape):
         return None
     xf = x.reshape(x.size)
