@@ -13,9 +13,7 @@ evaluate the same scalar kernels and the same products).
 from __future__ import annotations
 
 import math
-import sys
 import threading
-import types
 
 import numpy as np
 
@@ -74,18 +72,12 @@ def _module(spec):
             return mod
         import numba
 
-        src = _source(spec)
-        h = cpu.kernel_hash(spec, extra=KEY_FILES)
-        modname = f"iglu_np._generated_cpu_gated_{spec.name}_{h}"
-        path = cpu.write_generated(f"gated_{spec.name}", h, src)
         scalar = cpu._module(spec).__dict__
-        mod = types.ModuleType(modname)
-        mod.__file__ = str(path)
-        ns = mod.__dict__
-        ns.update(np=np, prange=numba.prange, GLU_BLOCK=GLU_BLOCK, **_helpers())
+        ns = dict(np=np, prange=numba.prange, GLU_BLOCK=GLU_BLOCK, **_helpers())
         ns.update({k: v for k, v in scalar.items() if k.startswith(("_f", "_dx", "_d_", "_b_"))})
-        sys.modules[modname] = mod
-        exec(compile(src, str(path), "exec"), ns)
+        h = cpu.kernel_hash(spec, extra=KEY_FILES)
+        mod = cpu.generated_module("gated", spec, h, _source(spec), ns)
+        ns = mod.__dict__
         for name in list(ns):
             if name.startswith("glu_"):
                 ns[name] = loops._njit(ns[name])

@@ -29,7 +29,6 @@ elementwise temporary is allocated.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import types
@@ -264,15 +263,8 @@ def _module(spec):
         mod = _mods.get(spec.name)
         if mod is not None:
             return mod
-        src = _source(spec)
-        h = cpu.kernel_hash(spec, extra=KEY_FILES)
-        modname = f"iglu_np._generated_cpu_fast_{spec.name}_{h}"
-        path = cpu.write_generated(f"fast_{spec.name}", h, src)
         scalar = cpu._module(spec).__dict__
-        mod = types.ModuleType(modname)
-        mod.__file__ = str(path)
-        ns = mod.__dict__
-        ns.update(
+        ns = dict(
             np=np,
             prange=numba.prange,
             _param_at=_param_at,
@@ -295,8 +287,9 @@ def _module(spec):
         ns.update({k: v for k, v in scalar.items() if k.startswith("_b_")})
         for p in spec.param_names:
             ns["_d_" + p] = scalar["_d_" + p]
-        sys.modules[modname] = mod
-        exec(compile(src, str(path), "exec"), ns)
+        h = cpu.kernel_hash(spec, extra=KEY_FILES)
+        mod = cpu.generated_module("fast", spec, h, _source(spec), ns)
+        ns = mod.__dict__
         for kind in cpu.kernel_kinds(spec):
             for j in (None, *range(Kind.parse(kind).n_data)):
                 ns[f"loop_{kind}{variant(j)}"] = _njit(ns[f"loop_{kind}{variant(j)}"])

@@ -271,16 +271,8 @@ def _module(spec):
     mod = _state.get(key)
     if mod is not None:
         return mod
-    src = _wrapper_source(spec)
-    h = kernel_hash(spec)
-    modname = f"iglu_np._generated_cpu_{spec.name}_{h}"
-    path = write_generated(spec.name, h, src)
-    mod = types.ModuleType(modname)
-    mod.__file__ = str(path)
     rb = _rebinder()
-    ns = mod.__dict__
-    ns["_f"] = rb(spec.f)
-    ns["_dx"] = rb(spec.dx)
+    ns = {"_f": rb(spec.f), "_dx": rb(spec.dx)}
     for p in spec.param_names:
         ns["_d_" + p] = rb(spec.dparams[p])
     # bulk kernels (the fast path's blocks inside bulk_domain): _b_f, _b_dx, _b_<param>
@@ -288,10 +280,23 @@ def _module(spec):
         ns["_b_" + k] = rb(fn)
     if spec.bulk_domain is not None:
         ns["_b_domain"] = rb(spec.bulk_domain)
-    # Numba's cache rebuilds a function's environment by importing its module by name.
-    sys.modules[modname] = mod
-    exec(compile(src, str(path), "exec"), ns)
+    mod = generated_module("", spec, kernel_hash(spec), _wrapper_source(spec), ns)
     _state[key] = mod
+    return mod
+
+
+def generated_module(kind: str, spec, h: str, src: str, ns: dict) -> types.ModuleType:
+    """``src`` written to the cache as ``[<kind>_]<name>_<h>.py`` and executed as the
+    module ``iglu_np._generated_cpu_[<kind>_]<name>_<h>`` with the globals ``ns``: the
+    CPU's generated modules (ufunc wrappers, loops, gated loops) load through here."""
+    stem = f"{kind}_{spec.name}" if kind else spec.name
+    path = write_generated(stem, h, src)
+    mod = types.ModuleType(f"iglu_np._generated_cpu_{stem}_{h}")
+    mod.__file__ = str(path)
+    mod.__dict__.update(ns)
+    # Numba's cache rebuilds a function's environment by importing its module by name.
+    sys.modules[mod.__name__] = mod
+    exec(compile(src, str(path), "exec"), mod.__dict__)
     return mod
 
 
