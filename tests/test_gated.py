@@ -147,7 +147,14 @@ def test_swiglu_backward_matches_torch_autograd_of_silu_times_up():
     go = RNG.standard_normal((8, 20))
     xt = t.from_numpy(x).requires_grad_()
     (t.nn.functional.silu(xt[:, :20]) * xt[:, 20:]).backward(t.from_numpy(go))
-    np.testing.assert_allclose(iglu_np.swiglu.backward(x, go), xt.grad.numpy(), rtol=1e-14)
+    got, want = iglu_np.swiglu.backward(x, go), xt.grad.numpy()
+    np.testing.assert_allclose(got[:, 20:], want[:, 20:], rtol=1e-14)  # go * silu(gate)
+    # d_gate = go * up * silu'(gate): torch's float64 sig * (1 + x * (1 - sig)) cancels
+    # near the root of silu' (x ~ -1.28), so it is compared in the scale of those terms
+    a = x[:, :20]
+    sig = 1 / (1 + np.exp(-a))
+    scale = np.abs(go * x[:, 20:]) * (sig + np.abs(a) * sig * (1 - sig))
+    assert np.all(np.abs(got[:, :20] - want[:, :20]) <= 1e-14 * scale)
 
 
 def test_rounding_twice_reproduces_torch_bfloat16_silu_times_up_for_every_gate():
