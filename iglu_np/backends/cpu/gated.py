@@ -119,7 +119,7 @@ def geometry(shape, axis, layout, gate_first):
     return r, c, goff, uoff, rs, lay, out_shape
 
 
-def _fits(spec, arrays, vals):
+def _fits(arrays, vals):
     """The dtype the loops compute in for these operands, or None where they do not
     apply."""
     dt = arrays[0].dtype
@@ -162,7 +162,7 @@ def _free(out, shape, dt, inputs):
 def forward(act_name, x, up, axis, layout, gate_first, lim, shift, vals, out):
     """``act(gate) * up`` from the fused loop, or None where it does not apply."""
     spec = REGISTRY[act_name]
-    dt = _fits(spec, (x,) if up is None else (x, up), vals)
+    dt = _fits((x,) if up is None else (x, up), vals)
     if dt is None or (up is not None and up.shape != x.shape):
         return None
     r, c, goff, uoff, rs, lay, oshape = _layout(x, up, axis, layout, gate_first)
@@ -190,7 +190,7 @@ def backward(act_name, x, up, go, axis, layout, gate_first, lim, shift, vals, pa
     float64 total (None without); None where the fused loop does not apply."""
     spec = REGISTRY[act_name]
     ins = (x,) if up is None else (x, up)
-    dt = _fits(spec, (*ins, go), vals)
+    dt = _fits((*ins, go), vals)
     if dt is None or (up is not None and up.shape != x.shape):
         return None
     r, c, goff, uoff, rs, lay, oshape = _layout(x, up, axis, layout, gate_first)
@@ -214,8 +214,7 @@ def backward(act_name, x, up, go, axis, layout, gate_first, lim, shift, vals, pa
     names = spec.param_names
     grads = None
     if params and names:
-        nt = r * -(-c // GLU_BLOCK)
-        part = np.zeros((len(names), nt), F64)
+        part = np.zeros((len(names), _tasks(r, c)), F64)
         _run(spec, f"glu_all_{lay}", dt, (*flat, part), geo, lim, shift, vals)
         grads = dict(zip(names, part.sum(axis=1)))
     else:
@@ -223,19 +222,25 @@ def backward(act_name, x, up, go, axis, layout, gate_first, lim, shift, vals, pa
     return (og if up is None else (og, ou)), grads
 
 
+def _tasks(r, c) -> int:
+    """Tasks of ``r`` rows of ``c`` columns: each row in blocks of GLU_BLOCK columns."""
+    return r * -(-c // GLU_BLOCK)
+
+
 def _run(spec, name, dt, arrays, geo, lim, shift, vals):
     r, c = geo[0], geo[1]
-    nt = r * -(-c // GLU_BLOCK)
     t = dt.type
     tail = (t(lim), t(shift), *(t(v) for v in vals))
-    single = (*arrays, *geo, 0, nt, *tail)
+    single = (*arrays, *geo, 0, _tasks(r, c), *tail)
     k = _kernel(spec, name, False)
     n = r * c
-    if n >= tiers.THRESHOLD and tiers._loops().numba.get_num_threads() > 1:
+    if tiers._parallel(n):
         from . import loops
 
         kp = _kernel(spec, name, True)
-        par = (*arrays, *geo, 0, nt, *tail, True)
+        par = (*single, True)
+        # compiled now, not inside the guard's first threaded call (as the plain loops')
+        tiers._ready(kp, par)
         loops.launch(kp, n, lambda: kp(*par), lambda: k(*single), dt.char)
     else:
         k(*single)
