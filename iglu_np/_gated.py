@@ -110,36 +110,47 @@ class Gated:
             raise ValueError(f"{self.name}: limit must be > 0 (or None), got {lim!r}")
         return v
 
-    def _split(self, x, axis, layout):
-        """``(gate, up, axis)`` of a split input."""
+    def _rounding(self, rounding):
+        if rounding not in _ROUNDINGS:
+            raise ValueError(f"{self.name}: rounding must be 'once' or 'twice', got {rounding!r}")
+        return rounding
+
+    def _axis(self, shape, axis, layout):
+        """``(axis, layout)`` of splitting an input of ``shape``: the axis in
+        ``range(ndim)``, the layout (the form's by default), each checked, and the axis's
+        length even."""
         layout = self.layout if layout is None else layout
         if layout not in _LAYOUTS:
             raise ValueError(
                 f"{self.name}: layout must be 'halves' or 'interleaved', got {layout!r}"
             )
-        nd = len(x.shape)
+        nd = len(shape)
         if nd == 0:
             raise ValueError(f"{self.name}: x must have an axis to split, got a 0-d input")
         try:
             ax = _axis(axis, nd)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self.name}: {e}") from None
-        n = x.shape[ax]
-        if n % 2:
+        if shape[ax] % 2:
             raise ValueError(
-                f"{self.name}: axis {axis} has length {n}; splitting into gate and up needs "
-                "an even length"
+                f"{self.name}: axis {axis} has length {shape[ax]}; splitting into gate and up "
+                "needs an even length"
             )
-        h = n // 2
-        idx = [slice(None)] * nd
+        return ax, layout
+
+    def _split(self, x, axis, layout):
+        """``(gate, up, axis, layout)`` of a split input."""
+        ax, layout = self._axis(x.shape, axis, layout)
+        n = x.shape[ax]
         if layout == "halves":
-            a, b = slice(0, h), slice(h, n)
+            a, b = slice(0, n // 2), slice(n // 2, n)
         else:
             a, b = slice(0, n, 2), slice(1, n, 2)
-        first, second = x[(*idx[:ax], a)], x[(*idx[:ax], b)]
+        pre = (slice(None),) * ax
+        first, second = x[(*pre, a)], x[(*pre, b)]
         return (first, second, ax, layout) if self.gate_first else (second, first, ax, layout)
 
-    def _join(self, dg, du, ax, layout, xp_like):
+    def _join(self, dg, du, ax, layout):
         """The gradient shaped like the split input from the gate's and up's."""
         first, second = (dg, du) if self.gate_first else (du, dg)
         if layout == "halves":
@@ -239,8 +250,7 @@ def bridge(g, act_fn, clamp, widen, narrow, module: str):
     as ``torch.clamp``'s), ``widen(a)`` (to float32) and ``narrow(a, dtype)``."""
 
     def fn(x, up=None, /, *, axis=-1, layout=None, limit=_DEFAULT, rounding="once", **params):
-        if rounding not in _ROUNDINGS:
-            raise ValueError(f"{g.name}: rounding must be 'once' or 'twice', got {rounding!r}")
+        g._rounding(rounding)
         q = g._params(params)
         q.pop("backend", None)
         lim = g._limit(limit)
@@ -330,26 +340,19 @@ def _host(g, op, x, up, go, axis, layout, limit, rounding, out, params):
     return back(r)
 
 
-def _numba_cuda(g, op, x, up, go, axis, layout, limit, rounding, out, params):
+def _numba_cuda(g, op, x, up, go, ax, lay, lim, rounding, out, params):
     """Numba CUDA device arrays: the fused kernels of
     :mod:`iglu_np.backends.cuda.numba_cuda._gated` (C-contiguous float32/float64
     operands, scalar parameters, the forward and the input gradients), else a TypeError:
     device arrays have no array operations to compose the rest from."""
-    why = None
     if op not in ("fwd", "bwd"):
         why = "the parameters' gradients"
     elif out is not None or rounding != "once" or "backend" in params:
         why = "out=, rounding='twice' and backend="
-    if why is None:
+    else:
         from .backends.cuda.numba_cuda import _gated as ng
 
-        params = g._params(params)
         vals = _params.values(g._p, params)
-        lim = g._limit(limit)
-        if up is None:
-            _, _, ax, lay = g._split(x, axis, layout)
-        else:
-            ax, lay = None, None
         if op == "fwd":
             r = ng.forward(g._spec_name, x, up, ax, lay, g.gate_first, lim, g.shift, vals)
         else:
@@ -371,10 +374,7 @@ def _numba_device(a) -> bool:
 
 
 def _gated(g, op, x, up, go, axis, layout, limit, rounding, out, params):
-    if any(_numba_device(a) for a in (x, up, go)):
-        return _numba_cuda(g, op, x, up, go, axis, layout, limit, rounding, out, params)
-    if rounding not in _ROUNDINGS:
-        raise ValueError(f"{g.name}: rounding must be 'once' or 'twice', got {rounding!r}")
+    g._rounding(rounding)
     params = g._params(params)
     lim = g._limit(limit)
     x = _asarray(x)
@@ -391,6 +391,8 @@ def _gated(g, op, x, up, go, axis, layout, limit, rounding, out, params):
         gate, upv, ax, lay = g._split(x, axis, layout)
     else:
         gate, upv, ax, lay = x, up, None, None
+    if any(_numba_device(a) for a in (x, up, go)):
+        return _numba_cuda(g, op, x, up, go, ax, lay, lim, rounding, out, params)
     if op in ("fwd", "bwd", "all", "params") and rounding == "once" and "backend" not in params:
         if _on_cupy(x, up, go):
             r = _cupy_fused(g, op, x, gate, upv, go, ax, lay, lim, params, out)
@@ -427,7 +429,7 @@ def _cupy_fused(g, op, x, gate, upv, go, ax, lay, lim, params, out):
     dg, du = cupy.empty(shape, gate.dtype), cupy.empty(shape, upv.dtype)
     if not cg.backward(g._spec_name, gate, upv, go, lim, g.shift, vals, dg, du):
         return None
-    return _unb(dg, gate.shape), _unb(du, upv.shape)
+    return unbroadcast(dg, tuple(gate.shape)), unbroadcast(du, tuple(upv.shape))
 
 
 def _fused(g, op, x, up, go, ax, lay, lim, params, out):
@@ -435,7 +437,7 @@ def _fused(g, op, x, up, go, ax, lay, lim, params, out):
     if type(x) is not np.ndarray or (up is not None and type(up) is not np.ndarray):
         return None
     half = _half(x, up, go)
-    if half is not None and (type(out) is np.ndarray or isinstance(out, tuple)):
+    if half is not None and out is not None:  # the composition writes 16-bit out=
         return None
     from .backends.cpu import gated as cg
 
@@ -542,11 +544,11 @@ def _compose(g, op, x, gate, upv, go, ax, lay, lim, rounding, params, out):
         if half is not None:
             dg, du = _narrow(dg, half), _narrow(du, half)
         if ax is None:
-            grad = (_unb(dg, np.shape(gate)), _unb(du, np.shape(upv)))
+            grad = (unbroadcast(dg, np.shape(gate)), unbroadcast(du, np.shape(upv)))
             if out is not None:
                 grad = (_into(g, grad[0], out[0]), _into(g, grad[1], out[1]))
         else:
-            grad = _into(g, g._join(dg, du, ax, lay, x), out)
+            grad = _into(g, g._join(dg, du, ax, lay), out)
         res.append(grad)
     if op in ("params", "all"):
         gcb = gc if np.shape(gc) == shape else np.broadcast_to(gc, shape)
@@ -562,10 +564,6 @@ def _masked(d, gate, lim, upv):
         return d
     cond = (gate > lim) if gate is not None else (np.abs(upv) > lim)
     return np.where(cond, np.zeros((), d.dtype), d)
-
-
-def _unb(a, shape):
-    return a if np.shape(a) == tuple(shape) else unbroadcast(a, tuple(shape))
 
 
 def _into(g, r, out):

@@ -120,17 +120,15 @@ def _fused(g, composed):
             and x.device.type == "cpu"
             and (up is None or (isinstance(up, torch.Tensor) and up.device.type == "cpu"))
             and not any(isinstance(v, torch.Tensor) for v in params.values())
-            and x.dtype in _FLOATS
+            and x.dtype in Gated._floats
         ):
             q = g._params(params)
             q.pop("backend", None)
             vals = [float(v) for v in _params.values(g._p, q)]
-            lay = g.layout if layout is None else layout
             lim = g._limit(limit)
-            nd = x.dim()
-            if not -nd <= axis < nd:
-                raise ValueError(f"{g.name}: axis {axis} is out of bounds for {nd} dimension(s)")
-            return _gated_op(x, up, g.name, axis % nd, lay, lim, rounding, vals)
+            # the split's checks now (with up given, axis and layout are not read)
+            ax, lay = g._axis(tuple(x.shape), axis, layout) if up is None else (-1, g.layout)
+            return _gated_op(x, up, g.name, ax, lay, lim, g._rounding(rounding), vals)
         return composed(x, up, axis=axis, layout=layout, limit=limit, rounding=rounding, **params)
 
     for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
@@ -138,11 +136,10 @@ def _fused(g, composed):
     return fn
 
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def build(functions, activation_module, class_name, module: str):
-    """``(gated functions, gated module classes)`` by name."""
+def build(functions, activation_module, class_name, module: str, floats):
+    """``(gated functions, gated module classes)`` by name; ``floats``: the dtypes the
+    torch functions take."""
+    Gated._floats = tuple(floats)
     fns = {
         name: _fused(g, bridge(g, functions[g._spec_name], _clamp, _widen, _narrow, module))
         for name, g in all_gated().items()
@@ -177,6 +174,7 @@ class Gated(torch.nn.Module):
     learnable (``learnable``, ``num_parameters``, ``channel_dim`` as there)."""
 
     _activation = None  # iglu_np.torch.Activation (set by build)
+    _floats = ()  # the dtypes iglu_np.torch takes (set by build)
     _module = __name__
 
     def __init__(

@@ -350,22 +350,15 @@ def _gated_function(g, composed):
         x = jnp.asarray(x)
         if up is not None:
             up = jnp.asarray(up)
-            ax = -1
+            ax, lay = -1, g.layout  # not read with up given
         else:
-            nd = x.ndim
-            if not -nd <= axis < nd:
-                raise ValueError(f"{g.name}: axis {axis} is out of bounds for {nd} dimension(s)")
-            ax = axis % nd - nd  # from the end: vmap's batch axes come first
-            if x.shape[ax] % 2:
-                raise ValueError(
-                    f"{g.name}: axis {axis} has length {x.shape[ax]}; splitting into gate "
-                    "and up needs an even length"
-                )
+            ax, lay = g._axis(x.shape, axis, layout)
+            ax -= x.ndim  # from the end: vmap's batch axes come first
         static = (
             ax,
-            g.layout if layout is None else layout,
+            lay,
             None if lim == float("inf") else lim,
-            rounding,
+            g._rounding(rounding),
             tuple((k, float(v)) for k, v in zip(g._p.param_names, vals)),
         )
         return _gated_apply(g.name, static, x, up)

@@ -625,7 +625,7 @@ functions of their target, the alias's parameter values as defaults
 
 from ._torch_gated import build as _build_gated  # noqa: E402
 
-_GATED_FNS, _GATED_MODULES = _build_gated(_FUNCTIONS, Activation, class_name, __name__)
+_GATED_FNS, _GATED_MODULES = _build_gated(_FUNCTIONS, Activation, class_name, __name__, _FLOATS)
 from ._torch_gated import Gated  # noqa: E402
 
 GATED = MappingProxyType(_GATED_FNS)
