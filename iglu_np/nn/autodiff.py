@@ -394,7 +394,8 @@ class _Activation(Function):
 
 
 def activation(act, x, **params) -> Tensor:
-    """``act(x, **params)`` for any registered activation (object or name).
+    """``act(x, **params)`` for any registered activation (object or name), or a gated
+    form (:class:`iglu_np.Gated`: x split in halves, its parameters by its own names).
 
     A parameter given as a :class:`Tensor` gets a gradient (reduced to its own shape, so
     a per-unit parameter of shape ``(units,)`` works); other values are constants.
@@ -406,44 +407,6 @@ def activation(act, x, **params) -> Tensor:
     names = tuple(k for k, v in params.items() if isinstance(v, Tensor))
     fixed = {k: v for k, v in params.items() if not isinstance(v, Tensor)}
     return _Activation.apply(x, *[params[k] for k in names], act=act, names=names, fixed=fixed)
-
-
-class _Gated(Function):
-    """A gated form ``act(gate) * up`` of x split in halves along the last axis. Parents:
-    x, then one tensor per tensor-valued parameter (in ``names`` order)."""
-
-    def forward(self, x, *pvals, gated, names, fixed):
-        self.gated = gated
-        self.x = x
-        self.params = dict(fixed)
-        self.params.update(zip(names, pvals))
-        self.names = names
-        return gated(x, **self.params)
-
-    def backward(self, g):
-        gated, x, params = self.gated, self.x, self.params
-        if not any(self.needs[1:]):
-            return (
-                gated.backward(x, g, **params) if self.needs[0] else None,
-                *([None] * len(self.names)),
-            )
-        gx, gp = gated.backward_all(x, g, **params)
-        return (
-            gx if self.needs[0] else None,
-            *(
-                gp[gated._back.get(nm, nm)].astype(g.dtype, copy=False) if need else None
-                for nm, need in zip(self.names, self.needs[1:])
-            ),
-        )
-
-
-def gated(form, x, **params) -> Tensor:
-    """``form(x, **params)`` for a gated form (:class:`iglu_np.Gated`), x split in halves
-    along its last axis; Tensor parameters (named as the activation names them) get
-    gradients, as in :func:`activation`."""
-    names = tuple(k for k, v in params.items() if isinstance(v, Tensor))
-    fixed = {k: v for k, v in params.items() if not isinstance(v, Tensor)}
-    return _Gated.apply(x, *[params[k] for k in names], gated=form, names=names, fixed=fixed)
 
 
 # ------------------------------------------------------------------------ losses

@@ -354,9 +354,11 @@ class ActivationLayer(Module):
         return self._gated
 
     def forward(self, x):
-        if self._gated is not None:
-            return ad.gated(self._gated, x, **self.param_tensors())
-        return ad.activation(self._act, x, **self.param_tensors())
+        params = self.param_tensors()
+        if self._gated is not None:  # by the form's names (swiglu_oai's alpha is beta)
+            back = self._gated._back
+            return ad.activation(self._gated, x, **{back.get(k, k): v for k, v in params.items()})
+        return ad.activation(self._act, x, **params)
 
 
 class Dropout(Module):
