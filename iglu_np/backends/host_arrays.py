@@ -117,7 +117,7 @@ def fast_path(a):
 
 
 # --------------------------------------------------------------------------- conversions
-def _numpy(act, what: str, a):
+def to_numpy(act, what: str, a):
     """``a`` as a numpy array over its memory where it is a foreign host array, else
     ``a`` itself; a TypeError naming ``what`` where that cannot be done."""
     k = kind_of(a)
@@ -154,17 +154,6 @@ def _numpy(act, what: str, a):
         ) from None
 
 
-def to_numpy(act, what: str, a):
-    """``a`` as a numpy array over its memory where it is a foreign host array (torch,
-    JAX, DLPack on the CPU), else ``a``; the errors name ``act.name`` and ``what``."""
-    return _numpy(act, what, a)
-
-
-def to_like(like, r):
-    """The numpy result ``r`` as an array of ``like``'s library (see :func:`_like`)."""
-    return _like(like, r)
-
-
 def _bf16(act):
     try:
         import ml_dtypes
@@ -181,7 +170,7 @@ def _out(act, out):
             f"{act.name}: out= is a JAX array, and JAX arrays are immutable; call "
             "without out= (the result is a new JAX array)"
         )
-    return _numpy(act, "out", out)
+    return to_numpy(act, "out", out)
 
 
 def _aligned_empty(shape, dt):
@@ -206,7 +195,7 @@ def _jax_out(data, params):
     return _aligned_empty(x.shape, x.dtype)
 
 
-def _like(like, r):
+def to_like(like, r):
     """The numpy result ``r`` as an array of ``like``'s library, on the same memory."""
     k = kind_of(like)
     r = np.asarray(r)
@@ -231,12 +220,12 @@ def _args(act, data, params):
     """``(like, numpy data, numpy params)``: ``like`` is the first foreign operand."""
     x = data[0]
     if len(data) == 1:
-        like, nd = x, (_numpy(act, "x", x),)
+        like, nd = x, (to_numpy(act, "x", x),)
     else:
         g = data[1]
         like = x if kind_of(x) is not None else g
-        nd = (_numpy(act, "x", x), _numpy(act, "grad_out", g))
-    return like, nd, ({k: _numpy(act, k, v) for k, v in params.items()} if params else params)
+        nd = (to_numpy(act, "x", x), to_numpy(act, "grad_out", g))
+    return like, nd, ({k: to_numpy(act, k, v) for k, v in params.items()} if params else params)
 
 
 # --------------------------------------------------------------------------- backend
@@ -248,13 +237,13 @@ def run(act, kind, data, params, out):
     if kind_of(like) == "jax":
         o = _jax_out(nd, npar)
         if o is not None:
-            return _like(like, _dispatch(act, kind, nd, npar, o))
-    return _like(like, _dispatch(act, kind, nd, npar, None))
+            return to_like(like, _dispatch(act, kind, nd, npar, o))
+    return to_like(like, _dispatch(act, kind, nd, npar, None))
 
 
 def backward_params(act, data, params) -> dict:
     like, nd, npar = _args(act, data, params)
-    return {k: _like(like, v) for k, v in _dispatch_backward_params(act, nd, npar).items()}
+    return {k: to_like(like, v) for k, v in _dispatch_backward_params(act, nd, npar).items()}
 
 
 def backward_all(act, data, params, out):
@@ -264,5 +253,5 @@ def backward_all(act, data, params, out):
     else:
         o = _jax_out(nd, npar) if kind_of(like) == "jax" else None
     gx, grads = _dispatch_backward_all(act, nd, npar, o)
-    gx = out if out is not None else _like(like, gx)
-    return gx, {k: _like(like, v) for k, v in grads.items()}
+    gx = out if out is not None else to_like(like, gx)
+    return gx, {k: to_like(like, v) for k, v in grads.items()}
