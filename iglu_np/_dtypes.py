@@ -184,6 +184,25 @@ def widened(cdt, params) -> np.dtype:
     return cdt
 
 
+def typed(dt, *values) -> tuple:
+    """``values`` as scalars of dtype ``dt`` (a compiled kernel's typed arguments)."""
+    t = np.dtype(dt).type
+    return tuple(t(v) for v in values)
+
+
+def fused_dtype(dtypes, params):
+    """The dtype a fused gated kernel computes operands of ``dtypes`` in: their one dtype
+    where it is float32 or float64, every parameter a scalar and, in float32, within
+    float32's range (:func:`widened`); None otherwise (the form is composed instead)."""
+    dts = {np.dtype(d) for d in dtypes}
+    if len(dts) != 1:
+        return None
+    dt = dts.pop()
+    if (dt != F32 and dt != F64) or any(np.ndim(v) for v in params):
+        return None
+    return dt if widened(dt, params) == dt else None
+
+
 def unbroadcast(a, shape: tuple, dtype=None):
     """Sum ``a`` down to ``shape`` (the inverse of broadcasting ``shape`` to a.shape): the
     gradient of a parameter that was broadcast against x; ``dtype``: the accumulator."""

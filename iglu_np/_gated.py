@@ -359,7 +359,10 @@ def _numba_cuda(g, op, x, up, go, ax, lay, lim, rounding, out, params):
             r = ng.backward(g._spec_name, x, up, go, ax, lay, g.gate_first, lim, g.shift, vals)
         if r is not None:
             return r
-        why = "these operands (they must be C-contiguous float32/float64 of one shape)"
+        why = (
+            "these operands (C-contiguous float32/float64 of one shape, parameters within "
+            "the dtype's range)"
+        )
     raise TypeError(
         f"{g.name}: Numba CUDA device arrays take the forward and the input gradients of "
         f"C-contiguous float32/float64 operands with scalar parameters, not {why}; pass "

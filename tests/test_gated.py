@@ -287,6 +287,14 @@ def test_gradients_match_central_differences(name):
         np.testing.assert_allclose(v, num, rtol=1e-5, atol=1e-8, err_msg=p)
 
 
+def test_float32_with_a_parameter_beyond_float32_computes_as_the_activation_does():
+    # float32(1e39) is inf: the fused loops refuse it and the activation widens to float64
+    x = _x((3, 8), np.float32)
+    with np.errstate(all="ignore"):
+        want = iglu_np.iglu(x[:, :4], sigma=1e39) * x[:, 4:]
+    assert_same_bits(iglu_np.iglu_glu(x, sigma=1e39), want)
+
+
 def test_per_channel_parameter_gradient_has_the_parameter_shape():
     x = RNG.uniform(-3, 3, (5, 3, 8))
     go = RNG.standard_normal((5, 3, 4))

@@ -213,6 +213,15 @@ for name in sys.argv[2:]:
         wa, wb = g.backward(x, go2, up)
         close(a.copy_to_host(), wa, (name, "d_gate"))
         close(b.copy_to_host(), wb, (name, "d_up"))
+    if g.defaults and name == "iglu_glu":
+        # float32 cannot hold sigma = 1e39: refused, not computed with an infinite sigma
+        x32 = cuda.to_device(np.ones((2, 4), np.float32))
+        try:
+            g(x32, sigma=1e39)
+        except TypeError as e:
+            assert "range" in str(e), e
+        else:
+            raise AssertionError("sigma beyond float32 on a float32 device array did not raise")
     try:
         g.backward_params(cuda.to_device(x), cuda.to_device(go))
     except TypeError as e:

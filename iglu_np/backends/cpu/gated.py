@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from ..._dtypes import F32, F64, widened
+from ..._dtypes import F64, fused_dtype, typed
 from ..._spec import REGISTRY
 from . import tiers
 from .gated_source import source as _source
@@ -120,20 +120,12 @@ def geometry(shape, axis, layout, gate_first):
 
 
 def _fits(arrays, vals):
-    """The dtype the loops compute in for these operands, or None where they do not
-    apply."""
-    dt = arrays[0].dtype
-    if dt != F32 and dt != F64:
-        return None
+    """The dtype the loops compute in for these operands (numpy arrays, C-contiguous), or
+    None where they do not apply."""
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+        if type(a) is not np.ndarray or not a.flags.c_contiguous:
             return None
-    for v in vals:
-        if type(v) is np.ndarray and v.ndim != 0:
-            return None
-    if dt == F32 and widened(F32, vals) != F32:
-        return None
-    return dt
+    return fused_dtype([a.dtype for a in arrays], vals)
 
 
 def _layout(x, up, axis, layout, gate_first):
@@ -229,9 +221,7 @@ def _tasks(r, c) -> int:
 
 def _run(spec, name, dt, arrays, geo, lim, shift, vals):
     r, c = geo[0], geo[1]
-    t = dt.type
-    tail = (t(lim), t(shift), *(t(v) for v in vals))
-    single = (*arrays, *geo, 0, _tasks(r, c), *tail)
+    single = (*arrays, *geo, 0, _tasks(r, c), *typed(dt, lim, shift, *vals))
     k = _kernel(spec, name, False)
     n = r * c
     if tiers._parallel(n):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._dtypes import F32, F64, widened
+from ..._dtypes import fused_dtype, typed
 from ..._spec import REGISTRY
 from ..codegen.gated_cxx import gated_kernel_source
 from . import cupy as _cupy_backend
@@ -41,40 +41,24 @@ def kernel(name: str, op: str, compute):
     return _cupy_backend._memo(key, build)
 
 
-def _dtype(arrays, vals):
-    dt = arrays[0].dtype
-    if dt != F32 and dt != F64:
-        return None
-    if any(a.dtype != dt for a in arrays) or any(np.ndim(v) for v in vals):
-        return None
-    if dt == F32 and widened(F32, vals) != F32:
-        return None
-    return dt
-
-
-def _scalars(dt, lim, shift, vals):
-    t = dt.type
-    return (t(lim), t(shift), *(t(v) for v in vals))
-
-
 def forward(name, gate, up, lim, shift, vals, out=None):
     """``act(gate) * up`` into ``out`` (a new array when None), or None."""
-    dt = _dtype((gate, up), vals)
+    dt = fused_dtype([gate.dtype, up.dtype], vals)
     if dt is None:
         return None
     import cupy
 
     if out is None:
         out = cupy.empty(np.broadcast_shapes(gate.shape, up.shape), dt)
-    kernel(name, "fwd", dt)(gate, up, *_scalars(dt, lim, shift, vals), out)
+    kernel(name, "fwd", dt)(gate, up, *typed(dt, lim, shift, *vals), out)
     return out
 
 
 def backward(name, gate, up, go, lim, shift, vals, dg, du):
     """The gate's and up's gradients written into ``dg`` and ``du`` (views of one array
     or two arrays of the broadcast shape); False where the kernel does not apply."""
-    dt = _dtype((gate, up, go), vals)
+    dt = fused_dtype([gate.dtype, up.dtype, go.dtype], vals)
     if dt is None or dg.dtype != dt or du.dtype != dt:
         return False
-    kernel(name, "bwd", dt)(gate, up, go, *_scalars(dt, lim, shift, vals), dg, du)
+    kernel(name, "bwd", dt)(gate, up, go, *typed(dt, lim, shift, *vals), dg, du)
     return True

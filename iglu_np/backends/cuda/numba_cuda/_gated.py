@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...._dtypes import fused_dtype, typed
 from ...._spec import REGISTRY
 from . import _discovery
 from ._device_functions import device_function
@@ -95,23 +96,18 @@ def kernel(name: str, op: str, lay: str, compute):
 def _launch(name, op, lay, dt, n, geo, arrays, lim, shift, vals):
     from ._arrays import _launch_dims
 
-    cuda = _discovery._cuda()
-    t = dt.type
-    blocks, threads = _launch_dims(cuda, n)
+    blocks, threads = _launch_dims(_discovery._cuda(), n)
     k = kernel(name, op, lay, dt)
-    k[blocks, threads](n, *geo, *arrays, t(lim), t(shift), *(t(v) for v in vals))
+    k[blocks, threads](n, *geo, *arrays, *typed(dt, lim, shift, *vals))
 
 
 def _fits(arrays, vals):
-    dt = np.dtype(arrays[0].dtype)
-    if dt != np.float32 and dt != np.float64:
+    """The dtype the kernels compute in, or None where they do not apply (operands not
+    C-contiguous, or what :func:`iglu_np._dtypes.fused_dtype` refuses: mixed or other
+    dtypes, array parameters, float32 with a parameter beyond float32's range)."""
+    if not all(a.is_c_contiguous() for a in arrays):
         return None
-    for a in arrays:
-        if np.dtype(a.dtype) != dt or not a.is_c_contiguous():
-            return None
-    if any(np.ndim(v) for v in vals):
-        return None
-    return dt
+    return fused_dtype([a.dtype for a in arrays], vals)
 
 
 def _geometry(x, up, axis, layout, gate_first):
