@@ -9,7 +9,16 @@ import time
 
 import numpy as np
 
-__all__ = ["DRIFT_MAX", "SPREADS", "SPREAD_MAX", "cpu_name", "load", "machine_info", "median_time"]
+__all__ = [
+    "DRIFT_MAX",
+    "SPREADS",
+    "SPREAD_MAX",
+    "cpu_name",
+    "limit_kernels",
+    "load",
+    "machine_info",
+    "median_time",
+]
 
 SPREADS: list = []  # p90/p10 of each measurement's repeats (the quiet-machine check)
 # The repeats of a measurement within SPREAD_MAX (p90/p10); a limit's two measurements
@@ -32,6 +41,30 @@ def median_time(fn, repeats, min_time):
     lo, hi = np.percentile(ts, [10, 90])
     SPREADS.append(float(hi / lo) if lo > 0 else 1.0)
     return float(np.median(ts))
+
+
+def limit_kernels():
+    """The threaded memory limits' kernels: ``copy(x, o)``, ``mul(x, g, o)`` (two in, one
+    out) and ``mul2(a, b, g, p, q)`` (three in, two out)."""
+    import numba
+
+    @numba.njit(parallel=True, cache=True)
+    def pcopy(x, o):
+        for i in numba.prange(x.size):
+            o[i] = x[i]
+
+    @numba.njit(parallel=True, cache=True)
+    def pmul(x, g, o):
+        for i in numba.prange(x.size):
+            o[i] = x[i] * g[i]
+
+    @numba.njit(parallel=True, cache=True)
+    def pmul2(a, b, g, p, q):
+        for i in numba.prange(a.size):
+            p[i] = a[i] * g[i]
+            q[i] = b[i] * g[i]
+
+    return pcopy, pmul, pmul2
 
 
 def load() -> float:

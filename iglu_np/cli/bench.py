@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from ._measure import DRIFT_MAX, SPREAD_MAX, machine_info  # noqa: F401  (re-exported)
+from ._measure import DRIFT_MAX, SPREAD_MAX, limit_kernels, machine_info  # noqa: F401
 from ._measure import SPREADS as _SPREADS
 from ._measure import load as _load
 from ._measure import median_time as _median_time
@@ -130,22 +130,6 @@ def _drift(lim):
     return max(rs) if rs else None
 
 
-def _limits():
-    import numba
-
-    @numba.njit(parallel=True, cache=True)
-    def pcopy(x, o):
-        for i in numba.prange(x.size):
-            o[i] = x[i]
-
-    @numba.njit(parallel=True, cache=True)
-    def pmul(x, g, o):
-        for i in numba.prange(x.size):
-            o[i] = x[i] * g[i]
-
-    return pcopy, pmul
-
-
 def _dtype(name: str) -> np.dtype:
     """The numpy dtype called ``name``; bfloat16 is ml_dtypes' (an optional extra)."""
     if name == "bfloat16":
@@ -208,7 +192,7 @@ def run(
             th = None
             if torch:
                 raise
-    pcopy, pmul = _limits()
+    pcopy, pmul, _ = limit_kernels()
     from ..backends.cpu import loops as cpu_fast
 
     trips0 = cpu_fast.guard_trips

@@ -45,19 +45,7 @@ def _oai(gate, up):
 
 
 def _limits(n, dt):
-    import numba
-
-    @numba.njit(parallel=True, cache=True)
-    def pmul(a, b, o):
-        for i in numba.prange(a.size):
-            o[i] = a[i] * b[i]
-
-    @numba.njit(parallel=True, cache=True)
-    def pmul2(a, b, g, p, q):
-        for i in numba.prange(a.size):
-            p[i] = a[i] * g[i]
-            q[i] = b[i] * g[i]
-
+    _, pmul, pmul2 = m.limit_kernels()
     rng = np.random.default_rng(0)
     a, b, g = (rng.standard_normal(n).astype(dt) for _ in range(3))
     o, p, q = (np.empty(n, dt) for _ in range(3))
