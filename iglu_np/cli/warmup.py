@@ -61,7 +61,7 @@ def add_arguments(p):
 
 def warm(name: str, dtypes=DTYPES, gated: bool = False) -> dict:
     """Compile (or load) every kernel of activation ``name`` listed above (with ``gated``,
-    its gated loops too: :func:`warm_gated`); returns ``{"seconds": ..., "cpu_seconds":
+    its gated loops too: :func:`iglu_np.backends.cpu.gated.ready`); returns ``{"seconds": ..., "cpu_seconds":
     ...}`` spent in this process."""
     import numpy as np
 
@@ -93,36 +93,10 @@ def warm(name: str, dtypes=DTYPES, gated: bool = False) -> dict:
                     ready(cpu_fast.kernel(name, "sum_" + p, par), (x, x, part1, par, *ps))
                 ready(cpu_fast.kernel(name, BWD_ALL, par), (x, x, out, part2, par, *ps))
         if gated:
-            warm_gated(name, dt)
+            from ..backends.cpu import gated as cpu_gated
+
+            cpu_gated.ready(name, dt)
     return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c}
-
-
-def warm_gated(name: str, dt) -> None:
-    """Compile (or load) the gated loops of activation ``name`` for dtype ``dt``: forward,
-    backward and (with parameters) the one-pass backward, in every layout, each as its
-    single-thread task function and its threaded launcher, with the signatures the calls
-    use (:func:`iglu_np.backends.cpu.gated._run`)."""
-    import numpy as np
-
-    from .. import get
-    from ..backends.cpu import gated as cg
-    from ..backends.cpu import tiers
-    from ..backends.cpu.gated_source import LAYOUTS
-
-    spec = get(name).spec
-    a = np.zeros(8, dt)
-    part = np.zeros((len(spec.param_names), 1), np.float64)
-    tail = (dt.type(np.inf), dt.type(0.0), *(dt.type(v) for v in spec.defaults.values()))
-    geo = (1, 4, 0, 4, 0, 0, 1)
-    ops = [("fwd", (a, a, a)), ("bwd", (a, a, a, a, a))]
-    if spec.param_names:
-        ops.append(("all", (a, a, a, a, a, part)))
-    for lay in LAYOUTS:
-        for op, arrays in ops:
-            fn = f"glu_{op}_{lay}"
-            args = (*arrays, *geo, *tail)
-            tiers._ready(cg._kernel(spec, fn, False), args)
-            tiers._ready(cg._kernel(spec, fn, True), (*args, True))
 
 
 def _job(name, dtypes, gated=False):

@@ -22,7 +22,7 @@ from ..._spec import REGISTRY
 from . import tiers
 from .gated_source import source as _source
 
-__all__ = ["GLU_BLOCK", "forward", "backward", "geometry"]
+__all__ = ["GLU_BLOCK", "forward", "backward", "geometry", "ready"]
 
 #: Columns per task: a task's float64 parameter-gradient buffers stay in L2.
 GLU_BLOCK = 1 << 12
@@ -212,6 +212,29 @@ def backward(act_name, x, up, go, axis, layout, gate_first, lim, shift, vals, pa
     else:
         _run(spec, f"glu_bwd_{lay}", dt, flat, geo, lim, shift, vals)
     return (og if up is None else (og, ou)), grads
+
+
+def ready(act_name, dt) -> None:
+    """Compile (or load) every loop of ``act_name``'s gated form for dtype ``dt`` (forward,
+    backward and with parameters the one-pass backward, in every layout), each as its
+    single-thread task function and its threaded launcher, with :func:`_run`'s signatures
+    (``iglu-np warmup --gated``)."""
+    from .gated_source import LAYOUTS
+
+    spec = REGISTRY[act_name]
+    dt = np.dtype(dt)
+    a = np.zeros(8, dt)
+    part = np.zeros((len(spec.param_names), 1), F64)
+    tail = typed(dt, np.inf, 0.0, *spec.defaults.values())
+    geo = (1, 4, 0, 4, 0, 0, _tasks(1, 4))
+    ops = [("fwd", (a,) * 3), ("bwd", (a,) * 5)]
+    if spec.param_names:
+        ops.append(("all", (*(a,) * 5, part)))
+    for lay in LAYOUTS:
+        for op, arrays in ops:
+            args = (*arrays, *geo, *tail)
+            tiers._ready(_kernel(spec, f"glu_{op}_{lay}", False), args)
+            tiers._ready(_kernel(spec, f"glu_{op}_{lay}", True), (*args, True))
 
 
 def _tasks(r, c) -> int:
