@@ -1,11 +1,21 @@
 import os
 
+import hypothesis
 import numpy as np
 import pytest
 
 import iglu_np
 
 from .gpu_helpers import NUMBA_CUDA_WITHOUT_ROW_STACK
+
+# Hypothesis draws the same examples on every run (scipy's convention), so CI and the
+# README's test command pass or fail reproducibly; IGLU_NP_HYPOTHESIS_PROFILE=random
+# explores new examples, and a failure it finds becomes an @example of its test.
+hypothesis.settings.register_profile(
+    "deterministic", derandomize=True, database=None, deadline=None, print_blob=True
+)
+hypothesis.settings.register_profile("random", deadline=None, print_blob=True)
+hypothesis.settings.load_profile(os.environ.get("IGLU_NP_HYPOTHESIS_PROFILE", "deterministic"))
 
 NAMES = list(iglu_np.ACTIVATIONS)
 DTYPES = [np.float32, np.float64]

@@ -188,30 +188,43 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 from numba import cuda
 import iglu_np
+from iglu_np._spec import REGISTRY
 from tests import gpu_helpers as H
 
-def close(got, want, what):
+def close(got, want, what, cancels=None):
+    # cancels = (gate, factor): d_gate = act'(gate) * factor, measured where act' cancels
+    # (silu' near its zero) in the spec's scale units, as every GPU cross-check does
     d = H.ulp_diff(np.asarray(got), np.asarray(want))
     with np.errstate(all="ignore"):
         d = np.where(np.abs(got - want) <= 4 * np.finfo(got.dtype).tiny, 0.0, d)
+    if cancels is not None:
+        spec = REGISTRY[g._spec_name]
+        ps = {p.name: g._fixed.get(p.name, p.default) for p in g.activation.params}
+        gate, factor = (np.ravel(v) for v in cancels)
+        d = H.in_scale_units(spec, "dx", got.dtype.type, gate, factor, ps,
+                             np.ravel(got), np.ravel(want), np.ravel(d), 8)
     assert np.nanmax(d) <= 8, (what, np.nanmax(d))
     assert (np.isnan(got) == np.isnan(want)).all(), what
 
 rng = np.random.default_rng(0)
 for name in sys.argv[2:]:
     g = iglu_np.GATED[name]
+    lim = np.inf if g.limit is None else g.limit
     for dt in (np.float32, np.float64):
         x = (rng.standard_normal((3, 10)) * 4).astype(dt)
         x[0, 0], x[1, 1] = np.nan, 9.0
         go = rng.standard_normal((3, 5)).astype(dt)
         close(g(cuda.to_device(x)).copy_to_host(), g(x), (name, "fwd"))
-        close(g.backward(cuda.to_device(x), cuda.to_device(go)).copy_to_host(),
-              g.backward(x, go), (name, "bwd"))
+        got = g.backward(cuda.to_device(x), cuda.to_device(go)).copy_to_host()
+        (gdg, gdu, _, _), (wdg, wdu, _, _) = (g._split(v, -1, None) for v in (got, g.backward(x, go)))
+        gate, upx, _, _ = g._split(x, -1, None)
+        close(gdg, wdg, (name, "bwd d_gate"), (gate, go * (np.clip(upx, -lim, lim) + g.shift)))
+        close(gdu, wdu, (name, "bwd d_up"))
         up = rng.standard_normal((3, 10)).astype(dt)
         go2 = rng.standard_normal((3, 10)).astype(dt)
         a, b = g.backward(cuda.to_device(x), cuda.to_device(go2), cuda.to_device(up))
         wa, wb = g.backward(x, go2, up)
-        close(a.copy_to_host(), wa, (name, "d_gate"))
+        close(a.copy_to_host(), wa, (name, "d_gate"), (x, go2 * (np.clip(up, -lim, lim) + g.shift)))
         close(b.copy_to_host(), wb, (name, "d_up"))
     if g.defaults and name == "iglu_glu":
         # float32 cannot hold sigma = 1e39: refused, not computed with an infinite sigma
