@@ -5,10 +5,13 @@ activation in :data:`iglu_np.ACTIVATIONS` (generated from the registry, so a new
 activation appears here with no edit). It works under :func:`jax.jit`, :func:`jax.grad`
 and :func:`jax.vmap`:
 
-* the forward pass is one :func:`jax.pure_callback` to the activation itself;
-* the backward pass is one :func:`jax.pure_callback` to
-  :meth:`~iglu_np.Activation.backward_all`, which returns ``grad_x`` and the parameters'
-  gradients reduced to each parameter's shape (one read of ``x`` and the cotangent).
+* on the CPU each pass is a compiled XLA custom call (:mod:`iglu_np._jax_ffi`): the
+  activation's CPU loops run on XLA's own buffers, threaded on XLA's thread pool, with no
+  Python, no copy and the bits of ``iglu_np.<name>``; the backward pass is one call for
+  ``grad_x`` and one per differentiated parameter;
+* elsewhere, and for the few calls the compiled route does not take (see
+  :func:`iglu_np._jax_ffi.route`), each pass is one :func:`jax.pure_callback` to the
+  activation (forward) and to :meth:`~iglu_np.Activation.backward_all` (backward).
 
 Derivatives are first-order reverse mode (``grad``, ``vjp``): ``jax.jvp`` and second
 derivatives raise JAX's error for a ``custom_vjp`` function or a callback.
@@ -17,24 +20,18 @@ Parameters are keyword-only, as in ``iglu_np``. A Python number (or numpy scalar
 constant: it is checked against its domain when the function is called (a ``ValueError``
 names it, under ``jit`` too) and gets no cotangent. A JAX array (or numpy array) is
 differentiable: it broadcasts against ``x`` (a scalar, one value per channel, ...) and its
-cotangent has its own shape and dtype. A traced array's values are only known when the
-callback runs; a value outside the domain then fails inside the callback, which JAX
-reports as a runtime error carrying iglu_np's message.
+cotangent has its own shape and dtype (on the compiled route a sum in XLA in the data's compute
+dtype, which may differ from ``backward_all``'s float64 sum in the last bits). A traced array's values
+are only known when the call runs; a value outside the domain then fails there, and JAX
+raises iglu_np's message (``JaxRuntimeError``).
 
 The result has ``x``'s dtype (float16, bfloat16, float32, float64; an integer ``x`` is
 promoted to JAX's default float), shaped as ``x`` broadcast with the parameters.
 
-Both passes compute on the host: :func:`jax.pure_callback` runs its Python function
+The callbacks compute on the host: :func:`jax.pure_callback` runs its Python function
 there, so an ``x`` on a GPU is copied to the host, iglu_np's CPU kernels compute, and the
-result is copied back. This is correct on any device, and no error is raised for GPU
-arrays, but a GPU program pays two transfers per call and per backward pass. The route
-that would keep the data on the GPU is :func:`jax.experimental.buffer_callback`
-(experimental; in JAX 0.10): its callback receives XLA's device buffers
-(``__cuda_array_interface__``) and the computation stream (``ctx.stream``), so iglu_np's
-CuPy kernels could write the output buffer in place on
-``cupy.cuda.ExternalStream(ctx.stream)``, ordered with the rest of the program (an XLA
-FFI custom call with the same kernels is the compiled equivalent). Neither is provided
-yet.
+result is copied back. This is correct on any device but pays two transfers per pass;
+GPU handlers for the same custom calls are not built yet.
 
 ``import iglu_np`` never imports JAX; this module needs it (``pip install '.[jax]'`` in the
 iglu_np checkout).
@@ -57,7 +54,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 
 import numpy as np
 
-from . import _aliases, _api, _gated, _params
+from . import _aliases, _api, _gated, _jax_ffi, _params
 from ._api import _acts
 from ._dtypes import is_bf16
 
@@ -217,6 +214,9 @@ def _call(act, x, params):
         ) from None
     if shape != x.shape:
         x = jnp.broadcast_to(x, shape)
+    compiled = _jax_ffi.route(act, x, static, dyn)
+    if compiled is not None:
+        return compiled()
     return _jit_apply(name, tuple(static), x, *dyn)
 
 
@@ -243,9 +243,9 @@ def _make(act):
             if act.params
             else ""
         )
-        + "The result has ``x``'s dtype. Both passes run iglu_np's CPU kernels on the "
-        "host through :func:`jax.pure_callback`: an array on a GPU is copied to the host "
-        "and back (see :mod:`iglu_np.jax`)."
+        + "The result has ``x``'s dtype. On the CPU both passes are compiled XLA custom "
+        "calls over iglu_np's CPU loops; elsewhere through :func:`jax.pure_callback`, "
+        "which copies an array on a GPU to the host and back (see :mod:`iglu_np.jax`)."
     )
     return fn
 

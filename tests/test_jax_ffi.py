@@ -1,0 +1,100 @@
+"""The JAX bridge's compiled route (XLA FFI custom calls over iglu_np's CPU loops):
+iglu_np's own bits, no Python in the compiled call, threads on XLA's pool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import iglu_np
+
+jax = pytest.importorskip("jax", reason="the JAX bridge needs jax (pip install '.[jax]')")
+import jax.numpy as jnp  # noqa: E402
+
+import iglu_np.jax as ij  # noqa: E402
+from iglu_np import _jax_ffi  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _jax_ffi.usable(), reason="this JAX has no jax.ffi")
+
+NAMES = ["gelu", "silu", "iglu", "xielu", "softplus", "mish", "hardtanh", "elu"]
+
+
+def _data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 6).astype(np.float32)
+    x[:4] = [0.0, -0.0, 1e-40, -200.0]  # a subnormal input; a tail far out
+    return x, rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_value_and_gradient_are_iglu_np_bits_with_no_callback(name):
+    x, g = _data(3001)
+    f = ij.ACTIVATIONS[name]
+    act = iglu_np.get(name)
+    y = jax.jit(f)(x)
+    np.testing.assert_array_equal(np.asarray(y), act(x))
+    _, vjp = jax.vjp(f, jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(vjp(jnp.asarray(g))[0]), act.backward(x, g))
+    hlo = jax.jit(jax.grad(lambda v: f(v).sum())).lower(x).compile().as_text()
+    assert "python_cpu_callback" not in hlo and 'custom_call_target="iglu_np_' in hlo
+
+
+def test_subnormal_results_are_kept_though_xla_flushes_them():
+    # XLA's CPU code runs with flush-to-zero set; the handlers clear it while they compute
+    x = np.float32([-13.181588, -14.0, 1e-40, -1e-40])
+    got = np.asarray(jax.jit(ij.gelu)(x))
+    np.testing.assert_array_equal(got, iglu_np.gelu(x))
+    assert got[0] != 0 and np.abs(got[0]) < np.finfo(np.float32).tiny
+
+
+def test_threaded_call_on_xlas_pool_gives_the_single_thread_bits():
+    from iglu_np.backends.cpu import tiers
+
+    x, g = _data(4 * tiers.THRESHOLD + 123, seed=1)
+    for f, act in ((ij.iglu, iglu_np.iglu), (ij.gelu, iglu_np.gelu)):
+        np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), act(x))
+        _, vjp = jax.vjp(f, jnp.asarray(x))
+        np.testing.assert_array_equal(np.asarray(vjp(jnp.asarray(g))[0]), act.backward(x, g))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_data_is_computed_in_float32_and_rounded_once(dtype):
+    x, _ = _data(1000)
+    xh = jnp.asarray(x).astype(dtype)
+    want = iglu_np.silu(np.asarray(xh).astype(np.float32)).astype(np.asarray(xh).dtype)
+    got = jax.jit(ij.silu)(xh)
+    assert got.dtype == xh.dtype
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
+
+
+def test_learnable_scalar_and_per_element_parameters_match_backward_all():
+    x, g = _data(2000, seed=2)
+    for s in (np.float32(1.7), np.linspace(0.5, 2.0, 2000, dtype=np.float32)):
+        y, vjp = jax.vjp(lambda v, s: ij.iglu(v, sigma=s), jnp.asarray(x), jnp.asarray(s))
+        gx, gs = vjp(jnp.asarray(g))
+        wx, wp = iglu_np.iglu.backward_all(x, g, sigma=s)
+        np.testing.assert_array_equal(np.asarray(y), iglu_np.iglu(x, sigma=s))
+        np.testing.assert_array_equal(np.asarray(gx), wx)
+        assert gs.shape == np.shape(s) and gs.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(gs), wp["sigma"], rtol=2e-6, atol=1e-6)
+
+
+def test_a_float32_constant_float32_cannot_hold_takes_the_callbacks():
+    x = jnp.ones(4, jnp.float32)
+    hlo = jax.jit(lambda v: ij.iglu(v, sigma=1e39)).lower(x).compile().as_text()
+    assert "python_cpu_callback" in hlo
+    np.testing.assert_array_equal(
+        np.asarray(ij.iglu(x, sigma=1e39)), iglu_np.iglu(np.ones(4, np.float32), sigma=1e39)
+    )
+
+
+def test_domains_in_the_handlers_follow_the_specs():
+    # the handlers check what the spec declares: every bound, and `above` for the one
+    # cross-parameter check it describes (xielu's); the other checked spec takes the callbacks
+    x = jnp.ones(3, jnp.float32)
+    hlo = jax.jit(lambda v, lo: ij.hardtanh(v, min_val=lo)).lower(x, jnp.float32(-2)).compile()
+    assert "python_cpu_callback" in hlo.as_text()
+    a = iglu_np.ACTIVATIONS["xielu"].spec
+    for an, b in ((1.0, 0.5), (0.5, 1.0), (1.0, 1.0)):
+        flagged = a.check(1.0, an, b, -1e-6) is not None
+        assert flagged == (not an > b)
