@@ -98,3 +98,10 @@ def test_domains_in_the_handlers_follow_the_specs():
     for an, b in ((1.0, 0.5), (0.5, 1.0), (1.0, 1.0)):
         flagged = a.check(1.0, an, b, -1e-6) is not None
         assert flagged == (not an > b)
+
+
+def test_a_parameter_operand_of_another_size_is_an_error_not_a_read_past_it():
+    t = _jax_ffi._target("iglu", "fwd", np.dtype(np.float32), "operands")
+    call = jax.ffi.ffi_call(t, jax.ShapeDtypeStruct((8,), jnp.float32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="one element or the data's size"):
+        call(jnp.ones(8, jnp.float32), jnp.ones(3, jnp.float32)).block_until_ready()

@@ -136,6 +136,11 @@ def _body(spec, kind: str, c: str, form: str) -> str:
     else:
         h += f"    scalar = buffer_size(frame, {nd}) == 1\n" if k else "    scalar = True\n"
         h += "".join(
+            f"    if buffer_size(frame, {nd + j}) != (1 if scalar else n):\n"
+            "        return error(frame, MSG_SIZE)\n"
+            for j in range(k)
+        )
+        h += "".join(
             f"    b{j} = carray(_ptr(buffer_data(frame, {nd + j}, False)), (n,), {T})\n"
             f"    q{j} = np.float64(b{j}[0]) if scalar else 0.0\n"
             for j in range(k)
@@ -188,6 +193,9 @@ def handler_{tag}(frame):
     nc = (n + TASK_BLOCK - 1) // TASK_BLOCK
     nt = min(pool_threads(frame) - 1, nc - 1)
     d = malloc({8 * nw})
+    if d == 0:  # no memory for the descriptor: the work on this thread alone
+{direct.replace(chr(10) + "        ", chr(10) + "        ")}        restore_env(env)
+        return 0
     w = words(d, {nw})
     w[{_REFS}], w[{_NEXT}], w[{_DONE}] = 1 + max(nt, 0), 0, 0
     w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, n, TASK_BLOCK
@@ -223,6 +231,9 @@ def _messages(spec) -> dict:
         )
         if p.above:
             out[f"MSG_ABOVE_{j}"] = f"{spec.name}: {p.name} must be greater than {p.above}"
+    out["MSG_SIZE"] = (
+        f"{spec.name}: each parameter operand must have one element or the data's size"
+    )
     return out
 
 
