@@ -18,6 +18,7 @@ float16 and bfloat16 compute in float32 and round once, as iglu_np does.
 
 from __future__ import annotations
 
+import sys
 import threading
 from functools import partial
 
@@ -34,8 +35,13 @@ _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def usable() -> bool:
-    """Whether this JAX has the FFI the handlers need (``jax.ffi``, JAX 0.5 and later)."""
-    return _ffi is not None and hasattr(_ffi, "ffi_call")
+    """Whether this JAX has the FFI the handlers need (``jax.ffi``, JAX 0.5 and later) on
+    a system whose C library the handlers call (malloc, free, sched_yield: Linux, macOS)."""
+    return (
+        _ffi is not None
+        and hasattr(_ffi, "ffi_call")
+        and sys.platform.startswith(("linux", "darwin"))
+    )
 
 
 def compute_dtype(dt):
