@@ -3,6 +3,10 @@ iglu_np's own bits, no Python in the compiled call, threads on XLA's pool."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -105,3 +109,25 @@ def test_a_parameter_operand_of_another_size_is_an_error_not_a_read_past_it():
     call = jax.ffi.ffi_call(t, jax.ShapeDtypeStruct((8,), jnp.float32))
     with pytest.raises(jax.errors.JaxRuntimeError, match="one element or the data's size"):
         call(jnp.ones(8, jnp.float32), jnp.ones(3, jnp.float32)).block_until_ready()
+
+
+_CHILD = """
+import jax, numpy as np
+import iglu_np, iglu_np.jax as ij
+from iglu_np.backends.xla import cpu
+x = np.linspace(-6, 6, 70001, dtype=np.float32)  # past the threshold: tasks on XLA's pool
+np.testing.assert_array_equal(np.asarray(jax.jit(ij.iglu)(x)), iglu_np.iglu(x))
+print(sum(f.cache_hits for f in cpu._module(iglu_np.iglu.spec)._keep))
+"""
+
+
+def test_a_handler_compiled_once_is_loaded_from_the_disk_cache_by_later_processes(tmp_path):
+    env = {**os.environ, "IGLU_NP_CACHE_DIR": str(tmp_path), "IGLU_NP_PARALLEL_THRESHOLD": ""}
+    hits = []
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        hits.append(int(r.stdout.split()[-1]))
+    assert hits == [0, 1]

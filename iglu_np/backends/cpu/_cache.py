@@ -164,9 +164,10 @@ class HealingCache(caching.Cache):
 
 
 def enable(dispatcher):
-    """``dispatcher`` (an ``njit`` dispatcher or a ufunc's ``UFuncDispatcher``) caching
-    through :class:`HealingCache`; returns it."""
-    cache = HealingCache(dispatcher.py_func)
+    """``dispatcher`` (an ``njit`` dispatcher, a ufunc's ``UFuncDispatcher`` or a
+    ``cfunc``'s ``CFunc`` before it compiles) caching through :class:`HealingCache`;
+    returns it."""
+    cache = HealingCache(getattr(dispatcher, "py_func", None) or dispatcher.__wrapped__)
     if hasattr(dispatcher, "_cache"):
         dispatcher._cache = cache
     else:

@@ -21,7 +21,6 @@ function pointers, and the atomics here coordinate the tasks (``.cpu`` says how)
 
 from __future__ import annotations
 
-import ctypes
 import platform
 
 import numpy as np
@@ -36,6 +35,7 @@ __all__ = [
     "attr_f64",
     "buffer_data",
     "buffer_size",
+    "c_callback",
     "error",
     "fetch_add",
     "free",
@@ -49,6 +49,7 @@ __all__ = [
     "restore_env",
     "schedule",
     "sched_yield",
+    "stack_words",
     "stage",
     "word",
     "words",
@@ -271,13 +272,91 @@ def _call1(typingctx, fn, a):
     return types.intp(types.intp, types.intp), codegen
 
 
-_libc = ctypes.CDLL(None)
-malloc = _libc.malloc
-malloc.argtypes, malloc.restype = [ctypes.c_size_t], ctypes.c_size_t
-free = _libc.free
-free.argtypes, free.restype = [ctypes.c_size_t], None
-sched_yield = _libc.sched_yield
-sched_yield.argtypes, sched_yield.restype = [], ctypes.c_int
+# --------------------------------------------------------------------------- C library
+# Declared by name and resolved by the JIT linker against the process's C library, not
+# called through ctypes pointers: a handler holds no address of this process, so Numba's
+# on-disk cache can keep it.
+def _libc_fn(builder, name, ret, args):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+
+
+@intrinsic
+def malloc(typingctx, nbytes):
+    """C's ``malloc(nbytes)`` as an integer address (0: no memory)."""
+
+    def codegen(context, builder, sig, args):
+        fn = _libc_fn(builder, "malloc", cgutils.voidptr_t, [ir.IntType(64)])
+        return builder.ptrtoint(builder.call(fn, [args[0]]), ir.IntType(64))
+
+    return types.intp(types.intp), codegen
+
+
+@intrinsic
+def free(typingctx, addr):
+    """C's ``free`` of an address :func:`malloc` gave."""
+
+    def codegen(context, builder, sig, args):
+        fn = _libc_fn(builder, "free", ir.VoidType(), [cgutils.voidptr_t])
+        builder.call(fn, [builder.inttoptr(args[0], cgutils.voidptr_t)])
+        return context.get_dummy_value()
+
+    return types.none(types.intp), codegen
+
+
+@intrinsic
+def sched_yield(typingctx):
+    """POSIX ``sched_yield()``: a spinning thread lets the pool's others run."""
+
+    def codegen(context, builder, sig, args):
+        return builder.call(_libc_fn(builder, "sched_yield", ir.IntType(32), []), [])
+
+    return types.int32(), codegen
+
+
+@intrinsic
+def stack_words(typingctx, n):
+    """The address of ``n`` (a literal) 64-bit words on the calling function's stack."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    size = n.literal_value
+
+    def codegen(context, builder, sig, args):
+        buf = cgutils.alloca_once(builder, ir.ArrayType(ir.IntType(64), size))
+        return builder.ptrtoint(buf, ir.IntType(64))
+
+    return types.intp(n), codegen
+
+
+@intrinsic
+def c_callback(typingctx, task):
+    """The address of a C function ``void f(void* d)`` that runs the compiled function
+    ``task(d)`` (an ``njit`` dispatcher of ``(intp,)``): a function of the caller's own
+    object code, so a cached handler and its tasks load together, linked."""
+    if not isinstance(task, types.Dispatcher):
+        return None
+    disp = task.dispatcher
+    targ = (types.intp,)
+
+    def codegen(context, builder, sig, args):
+        mod = builder.module
+        name = f"iglu_np_task_{disp.py_func.__name__}"
+        fn = mod.globals.get(name)
+        if fn is None:
+            fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), name=name)
+            fn.linkage = "internal"
+            b = ir.IRBuilder(fn.append_basic_block())
+            cres = context.compile_subroutine(b, lambda d: disp(d), types.void(*targ))
+            callee = cgutils.get_or_insert_function(
+                mod,
+                context.call_conv.get_function_type(types.void, targ),
+                cres.fndesc.mangled_name,
+            )
+            # the task's status is dropped: a task raises nothing (it only computes)
+            context.call_conv.call_function(b, callee, types.void, targ, [fn.args[0]])
+            b.ret_void()
+        return builder.ptrtoint(fn, ir.IntType(64))
+
+    return types.intp(task), codegen
 
 
 @njit(inline="always")

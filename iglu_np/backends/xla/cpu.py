@@ -16,17 +16,21 @@ the handler schedules a task for each other pool thread, then claims chunks itse
 same atomic counter, and returns once every chunk is done. A task that starts late finds
 no chunk left and only releases the heap descriptor it shares with the handler (the last
 one out frees it), so nothing waits on a task that XLA has not started, and a pool of
-size 1 or none (the API without it) leaves the handler doing the work alone.
+size 1 or none (the API without it) leaves the handler doing the work alone, on a
+descriptor on its own stack. The loop's code is in the worker only, which the handler
+and its tasks share.
 
-The handlers are generated per activation (``<cache>/xla_<name>_<hash>.py``) and
-compiled on first use in each process (the loops they call come from Numba's on-disk
-cache; the handlers themselves hold their tasks' addresses, which are this process's).
+The handlers are generated per activation (``<cache>/xla_<name>_<hash>.py``) and kept
+in Numba's on-disk cache beside the loops: a handler holds no address of the process
+that compiled it (its tasks are functions of its own object code, the C library's
+functions are linked by name), so a later process loads it instead of compiling it.
 This module imports neither JAX nor XLA: the bridge (:mod:`iglu_np._jax_ffi`) registers
 the addresses.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 
@@ -97,7 +101,9 @@ def _checks(spec, ind: str, scalar: bool) -> str:
 def _body(spec, kind: str, c: str, form: str) -> str:
     """The source of one kernel's worker, task and handler. ``form`` "attrs": the
     parameters are float64 attributes; "operands": operands after the data, all of one
-    element (a scalar each) or all of the data's size."""
+    element (a scalar each) or all of the data's size. The loop is called in the worker
+    only (one copy of its code per handler): the handler runs the worker on a descriptor
+    of its own stack when it works alone."""
     nd = Kind.parse(kind).n_data
     k = len(spec.param_names)
     ops = nd + (k if form == "operands" else 0)
@@ -111,25 +117,20 @@ def _body(spec, kind: str, c: str, form: str) -> str:
     arrs = "".join(f", b{j}" for j in range(k))
     w_arr = "".join(f"    a{i} = carray(_ptr(w[{_DATA + i}]), (n,), {T})\n" for i in range(nd))
     w_arr += f"    o = carray(_ptr(w[{_DATA + ops}]), (n,), {T})\n"
-    w_par = "".join(
-        f"        b{j} = carray(_ptr(w[{_DATA + nd + j}]), (n,), {T})\n" for j in range(k)
-    )
     if form == "operands" and k:
+        w_arr += "".join(
+            f"    b{j} = carray(_ptr(w[{_DATA + nd + j}]), (n,), {T})\n" for j in range(k)
+        )
         loop = (
             f"        if w[{wm}]:\n"
             f"            loop_{kind}({ins}, o, lo, min(lo + cs, n){scal})\n"
             f"        else:\n"
             f"            loop_{kind}({ins}, o, lo, min(lo + cs, n){arrs})\n"
         )
-        pre = w_par.replace("        ", "    ", 1).replace("\n        ", "\n    ")
     else:
         loop = f"        loop_{kind}({ins}, o, lo, min(lo + cs, n){scal})\n"
-        pre = ""
-    # the handler: read the data, the parameters (attributes, or scalar / array operands)
-    h = "".join(
-        f"    a{i} = carray(_ptr(buffer_data(frame, {i}, False)), (n,), {T})\n" for i in range(nd)
-    )
-    h += f"    o = carray(_ptr(buffer_data(frame, 0, True)), (n,), {T})\n"
+    # the handler: the parameters (attributes, or scalar / array operands, checked)
+    h = ""
     if form == "attrs":
         h += "".join(f"    q{j} = attr_f64(frame, {j})\n" for j in range(k))
         scalar = "1"
@@ -150,13 +151,6 @@ def _body(spec, kind: str, c: str, form: str) -> str:
             chk = _checks(spec, "        ", False)
             h += "    else:\n" + chk if chk else ""
         scalar = "scalar"
-    qs = "".join(f", {T}(q{j})" for j in range(k))
-    direct = f"        loop_{kind}({ins}, o, 0, n{qs})\n"
-    if form == "operands" and k:
-        direct = (
-            f"        if scalar:\n    {direct}"
-            f"        else:\n            loop_{kind}({ins}, o, 0, n{arrs})\n"
-        )
     store = "".join(f"    w[{_DATA + i}] = buffer_data(frame, {i}, False)\n" for i in range(ops))
     store += f"    w[{_DATA + ops}] = buffer_data(frame, 0, True)\n"
     store += "".join(f"    put_f64(d, {wp + j}, q{j})\n" for j in range(k))
@@ -166,7 +160,7 @@ def _body(spec, kind: str, c: str, form: str) -> str:
 def _work_{tag}(d):
     w = words(d, {nw})
     n, cs, nc = w[{_N}], w[{_CHUNK}], w[{_NCHUNK}]
-{w_arr}{pre}    while True:
+{w_arr}    while True:
         c = fetch_add(d + {8 * _NEXT}, 1)
         if c >= nc:
             break
@@ -186,27 +180,27 @@ def handler_{tag}(frame):
     if stage(frame) != EXECUTE:
         return 0
     n = buffer_size(frame, 0)
-{h}    env = ieee_env()
-    if n < THRESHOLD:
-{direct}        restore_env(env)
-        return 0
-    nc = (n + TASK_BLOCK - 1) // TASK_BLOCK
-    nt = min(pool_threads(frame) - 1, nc - 1)
-    d = malloc({8 * nw})
-    if d == 0:  # no memory for the descriptor: the work on this thread alone
-{direct.replace(chr(10) + "        ", chr(10) + "        ")}        restore_env(env)
-        return 0
+{h}    nt = 0
+    if n >= THRESHOLD:
+        nt = min(pool_threads(frame) - 1, (n - 1) // TASK_BLOCK)
+    d = malloc({8 * nw}) if nt > 0 else 0
+    if d == 0:  # alone (small data, no pool, or no memory): the descriptor on the stack
+        nt = 0
+        d = stack_words({nw})
+    cs = TASK_BLOCK if nt > 0 else max(n, 1)
+    nc = (n + cs - 1) // cs
     w = words(d, {nw})
-    w[{_REFS}], w[{_NEXT}], w[{_DONE}] = 1 + max(nt, 0), 0, 0
-    w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, n, TASK_BLOCK
-{store}    for t in range(nt):
-        if not schedule(frame, TASK_{tag}, d):
+    w[{_REFS}], w[{_NEXT}], w[{_DONE}] = 1 + nt, 0, 0
+    w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, n, cs
+{store}    env = ieee_env()
+    for t in range(nt):
+        if not schedule(frame, c_callback(task_{tag}), d):
             fetch_add(d + {8 * _REFS}, -1)
     _work_{tag}(d)
     while load(d + {8 * _DONE}) < nc:
         sched_yield()
     restore_env(env)
-    if fetch_add(d + {8 * _REFS}, -1) == 1:
+    if nt > 0 and fetch_add(d + {8 * _REFS}, -1) == 1:
         free(d)
     return 0
 """
@@ -263,10 +257,12 @@ def _module(spec):
         )
         ns.update({k: v for k, v in fast.items() if k.startswith("loop_")})
         ns.update({k: _abi.message(v) for k, v in _messages(spec).items()})
-        h = cpu.kernel_hash(spec, extra=KEY_FILES)
+        # the threshold is compiled in: a process that sets another one compiles apart
+        key = f"{cpu.kernel_hash(spec, extra=KEY_FILES)}\0threshold {tiers.THRESHOLD}"
+        h = hashlib.sha256(key.encode()).hexdigest()[:16]
         mod = cpu.generated_module("xla", spec, h, source(spec), ns)
         for k in list(mod.__dict__):
-            if k.startswith("_work_"):
+            if k.startswith(("_work_", "task_")):
                 mod.__dict__[k] = njit(mod.__dict__[k], nogil=True)
         _mods[spec.name] = mod
         return mod
@@ -283,19 +279,23 @@ def handler(name: str, kind: str, dtype, params: str = "attrs") -> int:
     addr = _handlers.get(key)
     if addr is not None:
         return addr
-    from numba import cfunc, types
+    from numba import types
+    from numba.core.ccallback import CFunc
+
+    from ..cpu import _cache
 
     spec = REGISTRY[name]
     mod = _module(spec)
-    tag = f"{kind}_{c}_{params}"
     with _lock:
         addr = _handlers.get(key)
         if addr is not None:
             return addr
-        # not cached on disk: the handler holds its task's address, which is this process's
-        task = cfunc(types.void(types.intp), nogil=True)(mod.__dict__["task_" + tag])
-        mod.__dict__["TASK_" + tag] = task.address
-        fn = cfunc(types.intp(types.intp), nogil=True)(mod.__dict__["handler_" + tag])
-        mod.__dict__.setdefault("_keep", []).extend((task, fn))
+        # numba.cfunc(intp(intp), nogil=True), with the cache that survives damage
+        sig = ((types.intp,), types.intp)
+        fn = CFunc(mod.__dict__[f"handler_{kind}_{c}_{params}"], sig, {}, {"nogil": True})
+        if loops._CACHE:  # Numba's on-disk cache (the handler holds no process address)
+            loops._serialised_saves(_cache.enable(fn))
+        fn.compile()
+        mod.__dict__.setdefault("_keep", []).append(fn)
         _handlers[key] = addr = fn.address
     return addr
