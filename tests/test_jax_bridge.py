@@ -1,5 +1,6 @@
-"""iglu_np.jax: the activations as jax.custom_vjp functions (pure_callback forward and
-backward), under grad, jit and vmap, with constant and differentiable parameters."""
+"""iglu_np.jax: the activations as jax.custom_vjp functions (XLA FFI custom calls on the
+CPU, pure_callback elsewhere), under grad, jit and vmap, with constant and
+differentiable parameters."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from jax.test_util import check_grads  # noqa: E402
 import iglu_np.jax as ij  # noqa: E402
 
 NAMES = list(iglu_np.ACTIVATIONS)
+# The default run checks the gradients of these (no parameter, one, two with a check, four
+# with an ``above``, kinks); `-m slow` every activation. The handlers are one template.
+FEW = ["gelu", "silu", "iglu", "xielu", "softplus", "mish", "hardtanh", "elu", "relu"]
+EVERY = [pytest.param(n, marks=() if n in FEW else pytest.mark.slow) for n in NAMES]
 
 
 def _x64():
@@ -61,7 +66,7 @@ def _grad_points(spec, params) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- gradients
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", EVERY)
 def test_grads_match_finite_differences_in_x_and_every_parameter(name):
     act = iglu_np.get(name)
     params = _grad_params(act.spec)
