@@ -189,9 +189,13 @@ def fast(act, kind, data, params, out):
             for j, a in enumerate((x, g)):
                 if a is None or (out.base is None and a.base is None and a is not out):
                     continue
+                # may_share_memory (bounds only) before _same_view: views of separate
+                # buffers (a torch tensor's and its result's) are the common case
+                if a is not out and not np.may_share_memory(out, a):
+                    continue
                 if a is out or _same_view(out, a):
                     alias = j if alias is None else alias
-                elif np.may_share_memory(out, a):
+                else:
                     return None
         o = out
     n = x.size
