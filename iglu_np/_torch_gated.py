@@ -3,7 +3,8 @@
 
 CPU tensors with number parameters take one custom op, ``torch.ops.iglu_np.gated`` (the
 form's name an argument), with its backward ``gated_backward``: iglu_np's fused CPU loops
-on the tensors' memory, one opaque node each for ``torch.compile``. Otherwise (CUDA
+on the tensors' memory, one opaque node each for ``torch.compile`` (eager calls run its
+kernels without the op's dispatch: :mod:`iglu_np._torch_eager`). Otherwise (CUDA
 tensors, tensor parameters such as a layer's learnable ones) a function is
 :func:`iglu_np._gated.bridge` over the activation's custom op: the split, the clamps and
 the product are torch operations around the one opaque activation node, differentiable in
@@ -16,7 +17,7 @@ import math
 
 import torch
 
-from . import _params
+from . import _params, _torch_eager
 from ._api import all_gated, gated_forms, get_gated
 from ._gated import _DEFAULT, bridge
 
@@ -101,14 +102,34 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(x, *([up] if up is not None else []))
 
 
-def _backward(ctx, grad):
-    x, *up = ctx.saved_tensors
-    up = up[0] if ctx.has_up else None
-    res = _gated_backward_op(grad, x, up, *ctx.rest)
-    return (res[0], res[1] if ctx.has_up else None, *([None] * len(ctx.rest)))
+def _backward_through(bwd):
+    def backward(ctx, grad):
+        x, *up = ctx.saved_tensors
+        up = up[0] if ctx.has_up else None
+        res = bwd(grad, x, up, *ctx.rest)
+        return (res[0], res[1] if ctx.has_up else None, *([None] * len(ctx.rest)))
+
+    return backward
 
 
-_gated_op.register_autograd(_backward, setup_context=_setup)
+_gated_op.register_autograd(_backward_through(_gated_backward_op), setup_context=_setup)
+_GatedFunction = _torch_eager.function(
+    "gated_function",
+    _gated_impl,
+    _setup,
+    _backward_through(_gated_backward_impl),
+    _backward_through(_gated_backward_op),
+)
+
+
+def _gated(*args):
+    """``_gated_op(*args)``, eager calls without its dispatch (:mod:`._torch_eager`)."""
+    tensors = args[:2]
+    if not _torch_eager.eager(tensors):
+        return _gated_op(*args)
+    if _torch_eager.needs_grad(tensors):
+        return _GatedFunction.apply(*args)
+    return _gated_impl(*args)
 
 
 def _fused(g, composed):
@@ -128,7 +149,7 @@ def _fused(g, composed):
             lim = g._limit(limit)
             # the split's checks now (with up given, axis and layout are not read)
             ax, lay = g._axis(tuple(x.shape), axis, layout) if up is None else (-1, g.layout)
-            return _gated_op(x, up, g.name, ax, lay, lim, g._rounding(rounding), vals)
+            return _gated(x, up, g.name, ax, lay, lim, g._rounding(rounding), vals)
         return composed(x, up, axis=axis, layout=layout, limit=limit, rounding=rounding, **params)
 
     for attr in ("__name__", "__qualname__", "__module__", "__doc__"):

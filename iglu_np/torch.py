@@ -9,7 +9,11 @@ for ``(N, C, H, W)`` input); a parameter tensor's gradient has the parameter's s
 
 Each activation is one ``torch.library.custom_op``, ``torch.ops.iglu_np.<name>``, with its
 backward ``torch.ops.iglu_np.<name>_backward``: ``torch.compile`` (``fullgraph=True``
-too) keeps each as one opaque node of the graph, forward and backward.
+too) keeps each as one opaque node of the graph, forward and backward. An eager call on
+plain CPU or CUDA tensors runs the same kernels without the op's dispatch (an
+``autograd.Function``, or no autograd node where nothing requires grad): the same bits at
+a fraction of a small call's cost. Under ``torch.compile``, ``torch.func`` transforms, for
+tensor subclasses and other devices (``meta``) the function calls the op.
 
 The kernels run on the tensors' own memory. CPU tensors are viewed as numpy arrays (no
 copy; bfloat16 through ``ml_dtypes``); results go into tensors torch allocates, through
@@ -53,7 +57,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import _aliases, _params
+from . import _aliases, _params, _torch_eager
 from ._api import Activation as _Act
 from ._api import _acts
 
@@ -69,8 +73,9 @@ def _compute_dtype(dt: torch.dtype) -> torch.dtype:
 
 def _np(t: torch.Tensor):
     """A CPU tensor as a numpy array over the same memory."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype is torch.bfloat16:
         try:
             import ml_dtypes
         except ImportError:
@@ -190,14 +195,11 @@ def _schema_params(act) -> str:
     return "".join(f", float {n}, Tensor? {n}_tensor" for n in act.param_names)
 
 
-def _define_ops(act):
-    """``torch.ops.iglu_np.<name>`` and its backward, ``<name>_backward``, for ``act``.
-
-    Every parameter is two arguments, a float and an optional tensor (the tensor, when
-    given, is the value): torch's operator schemas have no float-or-tensor type, and a
-    single optional tensor is what custom_op's autograd differentiates."""
+def _kernels(act):
+    """``(forward, backward)``: the activation's computation on the ops' flat arguments,
+    ``forward(x, *args) -> Tensor`` and ``backward(grad, x, *args, needs) -> [Tensor]``,
+    shared by the registered ops and the eager autograd path."""
     name = act.name
-    ps = _schema_params(act)
 
     def forward(x, *args):
         params = _params_of(act, args)
@@ -218,6 +220,45 @@ def _define_ops(act):
             gx, grads = _backward_cpu(act, grad, x, params, needs)
         return ([gx] if gx is not None else []) + list(grads.values())
 
+    return forward, backward
+
+
+def _autograd(bwd):
+    """``(setup_context, backward)`` of an op whose backward is ``bwd`` (the registered
+    backward op, or its kernel directly)."""
+
+    def setup_context(ctx, inputs, output):
+        x, *args = inputs
+        ctx.values = args[0::2]
+        ctx.has_tensor = [t is not None for t in args[1::2]]
+        ctx.save_for_backward(x, *(t for t in args[1::2] if t is not None))
+
+    def backward(ctx, grad):
+        x, *saved = ctx.saved_tensors
+        it = iter(saved)
+        tensors = [next(it) if has else None for has in ctx.has_tensor]
+        needs = [bool(ctx.needs_input_grad[0])]
+        needs += [bool(ctx.needs_input_grad[2 + 2 * i]) for i in range(len(tensors))]
+        flat = []
+        for v, t in zip(ctx.values, tensors):
+            flat += [v, t]
+        res = iter(bwd(grad, x, *flat, needs) if any(needs) else [])
+        out = [next(res) if needs[0] else None]
+        for need in needs[1:]:
+            out += [None, next(res) if need else None]
+        return tuple(out)
+
+    return setup_context, backward
+
+
+def _define_ops(act, forward, backward):
+    """``torch.ops.iglu_np.<name>`` and its backward, ``<name>_backward``, for ``act``.
+
+    Every parameter is two arguments, a float and an optional tensor (the tensor, when
+    given, is the value): torch's operator schemas have no float-or-tensor type, and a
+    single optional tensor is what custom_op's autograd differentiates."""
+    name = act.name
+    ps = _schema_params(act)
     fwd = torch.library.custom_op(
         f"iglu_np::{name}", forward, mutates_args=(), schema=f"(Tensor x{ps}) -> Tensor"
     )
@@ -240,29 +281,16 @@ def _define_ops(act):
         # parameter gradients come back contiguous (_from_np), whatever the parameter's strides
         return out + [t.new_empty(t.shape) for t, need in zip(tensors, needs[1:]) if need]
 
-    def setup_context(ctx, inputs, output):
-        x, *args = inputs
-        ctx.values = args[0::2]
-        ctx.has_tensor = [t is not None for t in args[1::2]]
-        ctx.save_for_backward(x, *(t for t in args[1::2] if t is not None))
-
-    def autograd_backward(ctx, grad):
-        x, *saved = ctx.saved_tensors
-        it = iter(saved)
-        tensors = [next(it) if has else None for has in ctx.has_tensor]
-        needs = [bool(ctx.needs_input_grad[0])]
-        needs += [bool(ctx.needs_input_grad[2 + 2 * i]) for i in range(len(tensors))]
-        flat = []
-        for v, t in zip(ctx.values, tensors):
-            flat += [v, t]
-        res = iter(bwd(grad, x, *flat, needs) if any(needs) else [])
-        out = [next(res) if needs[0] else None]
-        for need in needs[1:]:
-            out += [None, next(res) if need else None]
-        return tuple(out)
-
+    setup_context, autograd_backward = _autograd(bwd)
     fwd.register_autograd(autograd_backward, setup_context=setup_context)
-    return fwd
+    return fwd, bwd
+
+
+def _eager_function(act, forward, backward, backward_op):
+    """The eager calls' ``autograd.Function`` over the op's kernels (:mod:`._torch_eager`)."""
+    setup_context, direct = _autograd(backward)
+    _, recorded = _autograd(backward_op)
+    return _torch_eager.function(f"{act.name}_function", forward, setup_context, direct, recorded)
 
 
 # --------------------------------------------------------------------------- functions
@@ -293,7 +321,7 @@ def _param_arg(act, fname, x, p, v):
     )
 
 
-def _make_function(act, op):
+def _make_function(act, op, function, forward):
     name = act.name
     fname = f"iglu_np.torch.{name}"
     by_name = {p.name: p for p in act.params}
@@ -319,7 +347,12 @@ def _make_function(act, op):
                 args += _param_arg(act, fname, x, p, params[p.name])
             else:
                 args += [p.default, None]
-        return op(x, *args)
+        tensors = (x, *args[1::2])
+        if not _torch_eager.eager(tensors):
+            return op(x, *args)
+        if _torch_eager.needs_grad(tensors):
+            return function.apply(x, *args)
+        return forward(x, *args)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
@@ -608,7 +641,9 @@ def _make_module(act):
 _FUNCTIONS = {}
 _MODULES = {}
 for _name, _act in _acts().items():
-    _FUNCTIONS[_name] = _make_function(_act, _define_ops(_act))
+    _fwd, _bwd = _kernels(_act)
+    _op, _bwd_op = _define_ops(_act, _fwd, _bwd)
+    _FUNCTIONS[_name] = _make_function(_act, _op, _eager_function(_act, _fwd, _bwd, _bwd_op), _fwd)
 FUNCTIONS = MappingProxyType(_FUNCTIONS)
 """Activation name -> ``iglu_np.torch`` function, in the registry's order."""
 for _name, _act in _acts().items():
@@ -643,4 +678,4 @@ globals().update({cls.__name__: cls for cls in _GATED_MODULES.values()})
 __all__ += [*_FUNCTIONS, *ALIASES, *(cls.__name__ for cls in _MODULES.values())]
 __all__ += ["GATED", "GATED_MODULES", "Gated", *_GATED_FNS]
 __all__ += [cls.__name__ for cls in _GATED_MODULES.values()]
-del _name, _act
+del _name, _act, _fwd, _bwd, _op, _bwd_op

@@ -344,6 +344,52 @@ def test_no_grad_inputs_skip_the_backward():
     assert not it.iglu(torch.ones(3), sigma=1.0).requires_grad
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_eager_calls_give_the_registered_ops_bits(name):
+    """An eager call runs the kernels without the custom op; torch.ops.iglu_np.<name>
+    (what torch.compile records) gives the same values and gradients, bit for bit."""
+    act = iglu_np.get(name)
+    sets = _channel_params(act)
+    x = _x_away_from_kinks(act, sets).float()
+    ps = [torch.tensor([s[p] for s in sets]) for p in act.param_names]
+    grad = torch.linspace(-1.0, 2.0, x.numel()).reshape(x.shape)
+    results = []
+    for call in (
+        lambda x, ps: it.FUNCTIONS[name](x, **dict(zip(act.param_names, ps))),
+        lambda x, ps: getattr(torch.ops.iglu_np, name)(
+            x, *[v for p, t in zip(act.params, ps) for v in (p.default, t)]
+        ),
+    ):
+        xr = x.clone().requires_grad_()
+        pr = [t.clone().requires_grad_() for t in ps]
+        y = call(xr, pr)
+        y.backward(grad)
+        results.append([y.detach(), xr.grad, *(t.grad for t in pr)])
+    for a, b in zip(*results):
+        assert torch.equal(a, b), name
+
+
+def test_a_second_backward_raises_instead_of_treating_the_first_as_constant():
+    x = torch.tensor([0.5, -1.0], requires_grad=True)
+    (gx,) = torch.autograd.grad(it.gelu(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="gelu_backward"):
+        (gx.sum() + x.sum()).backward()
+
+
+def test_meta_tensors_and_subclasses_go_through_the_op():
+    y = it.iglu(torch.empty(4, 3, device="meta"), sigma=torch.ones(3, device="meta"))
+    assert y.device.type == "meta" and y.shape == (4, 3)
+
+    class Tagged(torch.Tensor):
+        pass
+
+    t = torch.tensor([0.5, -1.0]).as_subclass(Tagged)
+    assert type(it.gelu(t)) is Tagged
+    torch.testing.assert_close(
+        it.gelu(t).as_subclass(torch.Tensor), F.gelu(torch.tensor([0.5, -1.0]))
+    )
+
+
 def _compile_case():
     def f(x, s):
         return (it.iglu(x, sigma=s) * it.gelu(x)).sum()
