@@ -134,7 +134,7 @@ class ActivationSpec:
     example: str = ""
     monotonic: bool = False
     torch: str | Callable = ""
-    jax: str = ""
+    jax: str | Callable = ""
     paper_table: bool = False
     bulk: Mapping = field(default_factory=dict)
     bulk_domain: Callable | None = None
@@ -204,7 +204,7 @@ def define(
     example: str = "",
     monotonic: bool = False,
     torch: str | Callable = "",
-    jax: str = "",
+    jax: str | Callable = "",
     paper_table: bool = False,
     bulk: Mapping | None = None,
     bulk_domain: Callable | None = None,
@@ -228,8 +228,9 @@ def define(
     ``torch`` names the ``torch.nn.functional`` function that computes the same activation
     at its default parameters (``iglu-np bench`` times it side by side), or is a callable
     ``(torch, x) -> tensor`` computing it with torch operations, or is empty. ``jax``
-    likewise names the ``jax.nn`` (else ``jax.numpy``) function that
-    ``iglu-np bench --device gpu`` times.
+    likewise names the ``jax.nn`` (else ``jax.numpy``) function, or is a callable
+    ``(jax.numpy, x) -> array``, that ``iglu-np bench --device gpu`` and
+    ``--frameworks`` time (:mod:`iglu_np.cli.references`).
     The spec's module (where backends look for module-level data such as its C++) is
     ``f.__module__``: define ``f`` in the module that calls ``define``.
     ``paper_table=True`` marks the activations of the IGLU paper's comparison table (the

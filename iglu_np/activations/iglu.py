@@ -446,10 +446,16 @@ def _torch_iglu(th, x):
     return x * (0.5 + th.atan(x) / math.pi)
 
 
+def _jax_iglu(jnp, x):
+    """The paper's reference expression in jax.numpy (``iglu-np bench --frameworks``)."""
+    return x * (0.5 + jnp.arctan(x) / math.pi)
+
+
 define(
     "iglu",
     paper_table=True,
     torch=_torch_iglu,
+    jax=_jax_iglu,
     summary="Integrated Gaussian Linear Unit: the input gated by a Cauchy CDF.",
     formula=r"\mathrm{IGLU}(x;\sigma) = x\left(\frac{1}{2} + \frac{1}{\pi}\arctan(\sigma x)\right)",
     derivative_formula=(

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from .references import jax_function, torch_function
+
 SIZE = 2**26
 SMALL = 1024
 PER_CALL_SIZES = (1024, 65536)
@@ -118,8 +120,6 @@ def per_call(
     activation (``torch_*``/``jax_*`` where installed and the library has the function)
     and one ``"(cupy.negative)"`` row per size (``ours_us``: ``cupy.negative(x)``,
     ``ours_out_us``: with ``out=``)."""
-    import functools
-
     import iglu_np
 
     from ..backends.cuda import _interop
@@ -149,16 +149,13 @@ def per_call(
                 "ours_us": us(lambda: act(x)),
                 "ours_out_us": us(lambda: act(x, out=o)),
             }
-            tname, jname = act.spec.torch, act.spec.jax
+            tf = torch_function(torch, act) if torch is not None else None
+            jf = jax_function(jax, act) if jax is not None else None
             if tx is not None:
                 row["ours_torch_us"] = us(lambda: act(tx))  # a torch CUDA tensor in, one out
-                if isinstance(tname, str) and tname:
-                    f = getattr(torch.nn.functional, tname)
-                    row["torch_us"] = us(lambda: f(tx))
-            if jx is not None and jname:
-                jf = getattr(jax.nn, jname)
-                if jname == "gelu":
-                    jf = functools.partial(jf, approximate=False)  # the exact GELU, as ours
+                if tf is not None:
+                    row["torch_us"] = us(lambda: tf(tx))
+            if jx is not None and jf is not None:
                 jf = jax.jit(jf)
                 row["jax_us"] = us(lambda: jf(jx))
             rows.append(row)
@@ -273,13 +270,13 @@ def run(names=None, size=SIZE, dtypes=("float32",), repeats=15, peers=True, prog
                     )
                     * 1e3
                 )
-            # the spec's torch.nn.functional / jax.nn names (same function and conventions)
-            tname, jname = act.spec.torch, act.spec.jax
-            if torch is not None and isinstance(tname, str) and tname:
-                f = getattr(torch.nn.functional, tname, None) or getattr(torch, tname)
-                row["torch_fwd_ms"] = event_time(cupy, lambda: f(tx), repeats) * 1e3
-            if jax is not None and jname:
-                jf = jax.jit(getattr(jax.nn, jname, None) or getattr(jax.numpy, jname))
+            # the spec's torch and JAX forms (same function and conventions)
+            tf = torch_function(torch, act) if torch is not None else None
+            jf = jax_function(jax, act) if jax is not None else None
+            if tf is not None:
+                row["torch_fwd_ms"] = event_time(cupy, lambda: tf(tx), repeats) * 1e3
+            if jf is not None:
+                jf = jax.jit(jf)
                 jx = _interop.to_jax(x)
                 row["jax_fwd_ms"] = (
                     event_time(cupy, lambda: jf(jx).block_until_ready(), repeats) * 1e3
