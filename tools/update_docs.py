@@ -32,6 +32,9 @@ Inputs
 ``gated-cpu.json`` (optional)
     ``iglu-np bench --gated --json`` (``record-bench --gated``) with ``date``, ``command``
     and ``git``; a section of the Performance page.
+``frameworks-cpu.json`` (optional)
+    ``iglu-np bench --frameworks --json`` (``record-bench --frameworks``) with ``date``,
+    ``command`` and ``git``; a section of the Performance page.
 
 One file per machine: ``bench-<machine>.json`` gives a section of the Performance page and
 a plot ``images/performance-<machine>.png``.
@@ -558,9 +561,55 @@ def render_gated(g: dict) -> list:
     return out + [""]
 
 
-def render_performance(benches, gated=None) -> str:
+def render_frameworks(f: dict) -> list:
+    """The Performance page's section of ``iglu-np bench --frameworks --json``
+    (frameworks-cpu.json)."""
+    m = f["machine"]
+    title = "Torch and JAX bridges (CPU)"
+    out = [
+        ".. _performance-frameworks:",
+        "",
+        title,
+        "-" * len(title),
+        "",
+        f":Date: {f['date']}",
+        f":Command: ``{f['command']}``",
+        f":Git: ``{f['git']}``",
+        f":Machine: {_cpu_title(m)}, torch {m.get('torch') or '-'} "
+        f"({m.get('torch_threads', '?')} threads), JAX {m.get('jax') or '-'}",
+        f":Quiet check: {_quiet_text(f['quiet'])}",
+        "",
+        "``iglu_np.torch.<name>`` and ``iglu_np.jax.<name>`` (ours) against the framework's "
+        "own activation (native: ``torch.nn.functional.gelu``, ``jax.nn.gelu(approximate="
+        "False)``, the paper's ``x * (0.5 + atan(x) / pi)`` for IGLU), float32, in µs per "
+        "call (each the faster of two medians, ours and native alternating). torch: the "
+        "forward on a tensor without grad, and forward plus ``backward`` eager; JAX: "
+        "``jit(f)``, and ``jit(grad(sum ∘ f))``. The last column above 1 means ours is faster.",
+        "",
+    ]
+    rows = [
+        [
+            r["framework"],
+            f"``{r['name']}``",
+            f"{r['n']:,}",
+            r["pass"],
+            f"{r['ours_s'] * 1e6:,.1f}",
+            f"{r['native_s'] * 1e6:,.1f}",
+            f"{r['native_x']:.2f}",
+        ]
+        for r in f["rows"]
+    ]
+    out += _list_table(
+        ["framework", "activation", "elements", "pass", "ours µs", "native µs", "native / ours"],
+        rows,
+    )
+    return out + [""]
+
+
+def render_performance(benches, gated=None, frameworks=None) -> str:
     """``benches``: ``[(machine, data, image path relative to the docs dir)]``; ``gated``:
-    the gated forms' run (``gated-cpu.json``) or None."""
+    the gated forms' run (``gated-cpu.json``) or None; ``frameworks``: the bridges' run
+    (``frameworks-cpu.json``) or None."""
     out = [
         GENERATED.format(src="bench-*.json"),
         ".. _performance:",
@@ -592,7 +641,9 @@ def render_performance(benches, gated=None) -> str:
         "``iglu-np bench --device gpu``: CuPy arrays, CUDA-event medians, the forward's limit "
         "``cupy.copyto``, the backward's a kernel that reads x and g and writes o in 16-byte "
         "vectors, with the Numba CUDA backend, ``cupy.negative``, torch and JAX (forward "
-        "only) beside, into ``docs/data/bench-gpu-<device>.json``. Earlier results are in "
+        "only) beside, into ``docs/data/bench-gpu-<device>.json``; ``record-bench --gated`` "
+        "and ``record-bench --frameworks`` record the gated forms and the torch and JAX "
+        "bridges into ``gated-cpu.json`` and ``frameworks-cpu.json``. Earlier results are in "
         "the data files' git history.",
         "",
     ]
@@ -691,6 +742,8 @@ def render_performance(benches, gated=None) -> str:
             )
     if gated is not None:
         out += render_gated(gated)
+    if frameworks is not None:
+        out += render_frameworks(frameworks)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -858,12 +911,14 @@ def pages(data_dir: Path, docs_dir: Path) -> dict:
         benches.append((machine, json.loads(p.read_text()), f"images/performance-{machine}.png"))
     gp = data_dir / "gated-cpu.json"
     gated = json.loads(gp.read_text()) if gp.is_file() else None
+    fp = data_dir / "frameworks-cpu.json"
+    frameworks = json.loads(fp.read_text()) if fp.is_file() else None
     ga = data_dir / "accuracy-gated.json"
     gacc = json.loads(ga.read_text()) if ga.is_file() else None
     return (
         {
             docs_dir / "accuracy.rst": render_accuracy(acc, gacc),
-            docs_dir / "performance.rst": render_performance(benches, gated),
+            docs_dir / "performance.rst": render_performance(benches, gated, frameworks),
         },
         acc,
         benches,
@@ -913,8 +968,8 @@ def write(data_dir: Path, docs_dir: Path) -> None:
 def record_bench(data_dir: Path, bench_args: list) -> int:
     """Run ``iglu-np bench --json BENCH_ARGS`` (this checkout's iglu_np) and write its output
     with the run's date, command and git revision to ``bench-cpu.json``, or with
-    ``--device gpu`` also the versions to ``bench-gpu-<device>.json``, or with ``--gated``
-    to ``gated-cpu.json``."""
+    ``--device gpu`` also the versions to ``bench-gpu-<device>.json``, with ``--gated``
+    to ``gated-cpu.json``, with ``--frameworks`` to ``frameworks-cpu.json``."""
     import re
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -940,6 +995,9 @@ def record_bench(data_dir: Path, bench_args: list) -> int:
     }
     if "--gated" in bench_args:
         path = data_dir / "gated-cpu.json"
+        verdict = _quiet_text(data["quiet"])
+    elif "--frameworks" in bench_args:
+        path = data_dir / "frameworks-cpu.json"
         verdict = _quiet_text(data["quiet"])
     elif _is_gpu(data):
         out["versions"] = versions()

@@ -464,6 +464,13 @@ def add_arguments(parser):
         "(default 16777216 outputs)",
     )
     parser.add_argument(
+        "--frameworks",
+        action="store_true",
+        help="the torch and JAX bridges against the frameworks' own activations (gelu, "
+        "silu, iglu; NAME selects others), forward and forward+backward, at --sizes "
+        "(default 1024,65536,4194304)",
+    )
+    parser.add_argument(
         "--device",
         choices=("cpu", "gpu"),
         default="cpu",
@@ -485,6 +492,10 @@ def main(args) -> int:
         from . import bench_gated
 
         return bench_gated.main(args)
+    if getattr(args, "frameworks", False):
+        from . import bench_frameworks
+
+        return bench_frameworks.main(args)
     if args.device == "gpu":
         from . import bench_gpu
 
