@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["constant", "route", "traced", "usable"]
+__all__ = ["constant", "export_checks", "register_exported", "route", "targets", "traced", "usable"]
 
 _ffi = getattr(jax, "ffi", None)
 _lock = threading.Lock()
@@ -60,10 +60,16 @@ def fits(v, cdt) -> bool:
     return a == 0.0 or float(f.tiny) <= a <= float(f.max)
 
 
+def _target_name(name: str, kind: str, cdt, form: str) -> str:
+    from .backends.xla import cpu
+
+    return f"iglu_np_{name}_{kind}_{cpu.DTYPES[np.dtype(cdt)]}_{form}"
+
+
 def _target(name: str, kind: str, cdt, form: str) -> str:
     from .backends.xla import cpu
 
-    t = f"iglu_np_{name}_{kind}_{cpu.DTYPES[cdt]}_{form}"
+    t = _target_name(name, kind, cdt, form)
     if t not in _targets:
         with _lock:
             if t not in _targets:
@@ -71,6 +77,61 @@ def _target(name: str, kind: str, cdt, form: str) -> str:
                 _ffi.register_ffi_target(t, _ffi.pycapsule(addr), platform="cpu")
                 _targets.add(t)
     return t
+
+
+# --------------------------------------------------------------------------- export
+def targets() -> dict:
+    """Every custom-call target the compiled route may emit: name -> ``(activation,
+    kind, compute dtype, parameter form)``. The attributes form serves the forward and
+    the backward; the operands form those and each parameter's derivative."""
+    from ._spec import REGISTRY
+    from .backends.xla import cpu
+
+    out = {}
+    for name, spec in REGISTRY.items():
+        for cdt in cpu.DTYPES:
+            for form, kinds in (
+                ("attrs", ("fwd", "bwd")),
+                ("operands", ("fwd", "bwd", *(f"d_{p}" for p in spec.param_names))),
+            ):
+                for kind in kinds:
+                    out[_target_name(name, kind, cdt, form)] = (name, kind, cdt, form)
+    return out
+
+
+def export_checks() -> list:
+    """The :class:`jax.export.DisabledSafetyCheck` entries that let :func:`jax.export.export`
+    serialise a function calling these targets (JAX refuses custom calls without a
+    compatibility guarantee unless told which ones to accept)."""
+    try:
+        from jax import export  # a submodule JAX 0.5 does not import with jax
+    except ImportError as e:
+        raise ImportError(
+            f"jax.export does not import here ({e}); JAX 0.5's needs absl-py (pip install absl-py)"
+        ) from e
+
+    check = export.DisabledSafetyCheck.custom_call
+    return [check(t) for t in targets()]
+
+
+def register_exported(exported) -> list:
+    """Register, in this process, the targets a :class:`jax.export.Exported` calls (its
+    handlers compiled or loaded from the kernel cache), so that ``exported.call`` runs;
+    returns their names. The handlers are this installation's: an export runs with the
+    iglu_np that deserialises it."""
+    import re
+
+    known = targets()
+    names = sorted(set(re.findall(r"@(iglu_np_\w+)", exported.mlir_module())))
+    unknown = [t for t in names if t not in known]
+    if unknown:
+        raise ValueError(
+            f"the exported module calls {', '.join(unknown)}, which this iglu_np does not "
+            "provide (exported by another version?)"
+        )
+    for t in names:
+        _target(*known[t])
+    return names
 
 
 def _call_attrs(name, kind, cdt, vals, *data):

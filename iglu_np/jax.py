@@ -13,6 +13,10 @@ and :func:`jax.vmap`:
   :func:`iglu_np._jax_ffi.route`), each pass is one :func:`jax.pure_callback` to the
   activation (forward) and to :meth:`~iglu_np.Activation.backward_all` (backward).
 
+:func:`jax.export.export` serialises a function over the compiled route with
+``disabled_checks=iglu_np.jax.export_checks()``; the process that deserialises it calls
+:func:`register_exported` first.
+
 Derivatives are first-order reverse mode (``grad``, ``vjp``): ``jax.jvp`` and second
 derivatives raise JAX's error for a ``custom_vjp`` function or a callback.
 
@@ -261,6 +265,27 @@ functions of their target, the alias's parameter values as defaults
 (``iglu_np.jax.quick_gelu(x)`` is ``iglu_np.jax.swish(x, beta=1.702)``)."""
 
 
+def export_checks() -> list:
+    """The ``disabled_checks`` that let :func:`jax.export.export` serialise a function
+    calling iglu_np's compiled route::
+
+        exp = jax.export.export(jax.jit(f), disabled_checks=iglu_np.jax.export_checks())(x)
+
+    JAX refuses custom calls that have no compatibility guarantee unless told which to
+    accept; these are iglu_np's targets (and only those). A function whose calls take the
+    callbacks instead cannot be exported (JAX refuses host callbacks)."""
+    return _jax_ffi.export_checks()
+
+
+def register_exported(exported) -> list:
+    """Register, in this process, the custom-call targets that a deserialised
+    :class:`jax.export.Exported` calls, before ``exported.call(...)``; returns their names.
+    The handlers are this installation's (compiled, or loaded from the kernel cache): an
+    export runs with the iglu_np of the process that calls it, and one calling a target
+    this iglu_np lacks raises a ``ValueError`` naming it."""
+    return _jax_ffi.register_exported(exported)
+
+
 # The gated forms with number parameters: one custom_vjp over the fused CPU loops (a
 # pure_callback each way, as the activations' functions); array parameters compose the
 # activation's function with jax.numpy's split, clamps and product instead.
@@ -392,4 +417,4 @@ activation's function between jax.numpy's split, clamps and product
 globals().update(ACTIVATIONS)
 globals().update(ALIASES)
 globals().update(GATED)
-__all__ += ["GATED", *GATED]
+__all__ += ["GATED", *GATED, "export_checks", "register_exported"]

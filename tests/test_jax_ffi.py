@@ -131,3 +131,71 @@ def test_a_handler_compiled_once_is_loaded_from_the_disk_cache_by_later_processe
         assert r.returncode == 0, r.stderr[-3000:]
         hits.append(int(r.stdout.split()[-1]))
     assert hits == [0, 1]
+
+
+def _export():
+    # a submodule JAX 0.5 does not import with jax, and whose import needs absl there
+    return pytest.importorskip("jax.export", reason="this JAX's jax.export does not import")
+
+
+def test_export_accepts_the_targets_export_checks_names():
+    jexport = _export()
+    x, _ = _data(257)
+    s = jnp.full(x.shape, 0.7, jnp.float32)
+    f = jax.jit(jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum(), argnums=(0, 1)))
+    with pytest.raises(ValueError, match="compatibility guarantees"):
+        jexport.export(f)(x, s)
+    exp = jexport.export(f, disabled_checks=ij.export_checks())(x, s)
+    assert "iglu_np_iglu_d_sigma_f4_operands" in exp.mlir_module()
+    for got, want in zip(exp.call(x, s), f(x, s)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+_DESERIALISE = """
+import sys, numpy as np, jax, jax.numpy as jnp
+import iglu_np.jax as ij
+from jax import export
+exp = export.deserialize(bytearray(open(sys.argv[1], "rb").read()))
+print(",".join(ij.register_exported(exp)))
+x = jnp.asarray(np.load(sys.argv[2]))
+gx, gs = exp.call(x, jnp.full(x.shape, 0.7, jnp.float32))
+np.save(sys.argv[3], np.stack([np.asarray(gx), np.asarray(gs)]))
+"""
+
+
+def test_a_serialised_export_runs_in_a_fresh_process_after_register_exported(tmp_path):
+    jexport = _export()
+    pytest.importorskip("flatbuffers", reason="jax.export serialisation needs flatbuffers")
+    x, _ = _data(257)
+    s = jnp.full(x.shape, 0.7, jnp.float32)
+    f = jax.jit(jax.grad(lambda x, s: ij.iglu(x, sigma=s).sum(), argnums=(0, 1)))
+    exp = jexport.export(f, disabled_checks=ij.export_checks())(x, s)
+    (tmp_path / "f.bin").write_bytes(exp.serialize())
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _DESERIALISE,
+            *(str(tmp_path / n) for n in ("f.bin", "x.npy", "g.npy")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "iglu_np_iglu_bwd_f4_operands,iglu_np_iglu_d_sigma_f4_operands"
+    got = np.load(tmp_path / "g.npy")
+    for a, b in zip(got, f(x, s)):
+        np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_register_exported_names_a_target_this_version_lacks():
+    class Foreign:
+        def mlir_module(self):
+            return "stablehlo.custom_call @iglu_np_gelu_fwd_f4_attrs(%0)\n" + (
+                "stablehlo.custom_call @iglu_np_gelu_wobble_f4_attrs(%0)"
+            )
+
+    with pytest.raises(ValueError, match="iglu_np_gelu_wobble_f4_attrs"):
+        ij.register_exported(Foreign())
