@@ -290,7 +290,16 @@ def test_bad_traced_parameter_fails_at_run_time_with_iglu_np_message():
 
 # --------------------------------------------------------------------------- the module
 def test_every_activation_is_a_jax_function_with_its_signature():
-    assert ij.__all__ == ["ACTIVATIONS", "ALIASES", *NAMES, *iglu_np.ALIASES, "GATED", *ij.GATED]
+    assert ij.__all__ == [
+        "ACTIVATIONS",
+        "ALIASES",
+        *NAMES,
+        *iglu_np.ALIASES,
+        "GATED",
+        *ij.GATED,
+        "export_checks",
+        "register_exported",
+    ]
     for name in NAMES:
         fn = getattr(ij, name)
         assert ij.ACTIVATIONS[name] is fn
