@@ -13,6 +13,10 @@ learnable or not) or, when any parameter has more elements, each broadcast to th
 shape. A handler checks operand parameters against their domains and returns XLA an
 error naming the parameter, which JAX raises where the result is read.
 
+The gated forms with number parameters (:func:`gated_route`) are a custom call each way
+too, over the fused gated loops (:mod:`iglu_np.backends.xla.gated`): two elements in and
+one out forward, three in and two out backward.
+
 float16 and bfloat16 compute in float32 and round once, as iglu_np does.
 """
 
@@ -26,7 +30,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["constant", "export_checks", "register_exported", "route", "targets", "traced", "usable"]
+__all__ = [
+    "constant",
+    "export_checks",
+    "gated_route",
+    "register_exported",
+    "route",
+    "targets",
+    "traced",
+    "usable",
+]
 
 _ffi = getattr(jax, "ffi", None)
 _lock = threading.Lock()
@@ -81,11 +94,15 @@ def _target(name: str, kind: str, cdt, form: str) -> str:
 
 # --------------------------------------------------------------------------- export
 def targets() -> dict:
-    """Every custom-call target the compiled route may emit: name -> ``(activation,
-    kind, compute dtype, parameter form)``. The attributes form serves the forward and
-    the backward; the operands form those and each parameter's derivative."""
+    """Every custom-call target the compiled route may emit: name -> the arguments that
+    register it, ``("act", activation, kind, compute dtype, parameter form)`` or
+    ``("glu", activation, op, loop layout, data operands, compute dtype)``. An
+    activation's attributes form serves the forward and the backward, its operands form
+    those and each parameter's derivative; a gated form has a forward and a backward per
+    layout, with gate and up in one operand or (elementwise layout) two."""
     from ._spec import REGISTRY
-    from .backends.xla import cpu
+    from .backends.cpu.gated_source import LAYOUTS
+    from .backends.xla import cpu, gated
 
     out = {}
     for name, spec in REGISTRY.items():
@@ -95,7 +112,12 @@ def targets() -> dict:
                 ("operands", ("fwd", "bwd", *(f"d_{p}" for p in spec.param_names))),
             ):
                 for kind in kinds:
-                    out[_target_name(name, kind, cdt, form)] = (name, kind, cdt, form)
+                    out[_target_name(name, kind, cdt, form)] = ("act", name, kind, cdt, form)
+            for op in gated.OPS:
+                for lay in LAYOUTS:
+                    for nd in (1, 2) if lay == "s1" else (1,):
+                        t = _gated_target_name(name, op, lay, nd, cdt)
+                        out[t] = ("glu", name, op, lay, nd, cdt)
     return out
 
 
@@ -130,7 +152,8 @@ def register_exported(exported) -> list:
             "provide (exported by another version?)"
         )
     for t in names:
-        _target(*known[t])
+        what, *args = known[t]
+        (_target if what == "act" else _gated_target)(*args)
     return names
 
 
@@ -298,3 +321,123 @@ def traced(name: str, static: tuple, x, *dyn):
     it (``(name, number)`` for a constant, ``(name, None)`` for the next of ``dyn``), every
     parameter of the spec present, x already broadcast against ``dyn``."""
     return _traced(name, static, x, *dyn)
+
+
+# --------------------------------------------------------------------------- gated forms
+def _gated_target_name(name, op, lay, operands, cdt) -> str:
+    from .backends.xla import cpu
+
+    return f"iglu_np_glu_{name}_{op}_{lay}_{operands}_{cpu.DTYPES[np.dtype(cdt)]}"
+
+
+def _gated_target(name, op, lay, operands, cdt) -> str:
+    from .backends.xla import gated
+
+    t = _gated_target_name(name, op, lay, operands, cdt)
+    if t not in _targets:
+        with _lock:
+            if t not in _targets:
+                addr = gated.handler(name, op, lay, operands, cdt)
+                _ffi.register_ffi_target(t, _ffi.pycapsule(addr), platform="cpu")
+                _targets.add(t)
+    return t
+
+
+def _gated_raw(static, op, *ops):
+    """One gated custom call on ``ops`` (x, or gate and up of one shape; then grad_out
+    for the backward), the loops' geometry computed from the operands' shapes."""
+    from .backends.cpu.gated import geometry
+
+    name, gate_first, axis, layout, lim, shift, vals = static
+    x = ops[0]
+    cdt = np.dtype(x.dtype)
+    nd = len(ops) - (op == "bwd")
+    if nd == 1:
+        r, c, goff, uoff, rs, lay, oshape = geometry(x.shape, axis % x.ndim, layout, gate_first)
+    else:
+        r, c, goff, uoff, rs, lay, oshape = 1, x.size, 0, 0, 0, "s1", x.shape
+    if op == "fwd":
+        outs = jax.ShapeDtypeStruct(oshape, cdt)
+    else:
+        outs = tuple(jax.ShapeDtypeStruct(x.shape, cdt) for _ in range(nd))
+    scalars = (r, c, goff, uoff, rs, lim, shift, *vals)
+    attrs = {f"a{j:02d}": np.float64(v) for j, v in enumerate(scalars)}
+    t = _gated_target(name, op, lay, nd, cdt)
+    r = _ffi.ffi_call(t, outs)(*ops, **attrs)
+    return r if op == "fwd" else tuple(r)
+
+
+def _gated_fn(static, op):
+    """:func:`_gated_raw` with its batching rule: every operand given the batch axis
+    (the geometry is then that of the batched shapes; ``axis`` counts from the end)."""
+
+    @jax.custom_batching.custom_vmap
+    def f(*ops):
+        return _gated_raw(static, op, *ops)
+
+    @f.def_vmap
+    def _rule(axis_size, in_batched, *ops):
+        full = [
+            o if b else jnp.broadcast_to(o[None], (axis_size, *o.shape))
+            for o, b in zip(ops, in_batched)
+        ]
+        out = f(*full)
+        return out, (True if op == "fwd" else tuple(True for _ in out))
+
+    return f
+
+
+_gated_fns: dict = {}
+
+
+def _gated_call(static, op, *ops):
+    key = (static, op)
+    f = _gated_fns.get(key)
+    if f is None:
+        f = _gated_fns[key] = _gated_fn(static, op)
+    return f(*ops)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _glu(static, *data):
+    return _gated_call(static, "fwd", *data)
+
+
+def _glu_fwd(static, *data):
+    return _gated_call(static, "fwd", *data), data
+
+
+def _glu_bwd(static, data, ct):
+    return tuple(_gated_call(static, "bwd", *data, ct))
+
+
+_glu.defvjp(_glu_fwd, _glu_bwd)
+
+
+def gated_route(g, x, up, axis, layout, lim, rounding, vals):
+    """The compiled call of gated form ``g`` (number parameters ``vals``, checked; ``axis``
+    from the end), or None where the callbacks compute instead: no ``jax.ffi``, a default
+    device other than the CPU, ``rounding="twice"``, data that is not floating, or a
+    float32 computation with a value float32 cannot hold. 16-bit data computes in float32
+    and rounds once, as iglu_np does; with ``up`` given, x and up broadcast first."""
+    if not usable() or jax.default_backend() != "cpu" or rounding != "once":
+        return None
+    dts = [x.dtype] + ([up.dtype] if up is not None else [])
+    if not all(jnp.issubdtype(d, jnp.floating) for d in dts):
+        return None
+    dt = jnp.result_type(*dts)
+    cdt = compute_dtype(dt)
+    if not all(fits(v, cdt) for v in vals):
+        return None
+    static = (
+        g._spec_name,
+        bool(g.gate_first),
+        int(axis),
+        layout,
+        float(lim),
+        float(g.shift),
+        tuple(float(v) for v in vals),
+    )
+    if up is None:
+        return lambda: _glu(static, x.astype(cdt)).astype(dt)
+    return lambda: _glu(static, *(a.astype(cdt) for a in jnp.broadcast_arrays(x, up))).astype(dt)

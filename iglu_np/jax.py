@@ -286,9 +286,10 @@ def register_exported(exported) -> list:
     return _jax_ffi.register_exported(exported)
 
 
-# The gated forms with number parameters: one custom_vjp over the fused CPU loops (a
-# pure_callback each way, as the activations' functions); array parameters compose the
-# activation's function with jax.numpy's split, clamps and product instead.
+# The gated forms with number parameters: on the CPU one custom call each way over the
+# fused CPU loops (iglu_np._jax_ffi.gated_route), else one custom_vjp with a
+# pure_callback each way (below); array parameters compose the activation's function
+# with jax.numpy's split, clamps and product instead.
 def _gated_kw(static) -> dict:
     axis, layout, limit, rounding, params = static
     return dict(axis=axis, layout=layout, limit=limit, rounding=rounding, **dict(params))
@@ -379,11 +380,15 @@ def _gated_function(g, composed):
         else:
             ax, lay = g._axis(x.shape, axis, layout)
             ax -= x.ndim  # from the end: vmap's batch axes come first
+        rounding = g._rounding(rounding)
+        compiled = _jax_ffi.gated_route(g, x, up, ax, lay, lim, rounding, vals)
+        if compiled is not None:
+            return compiled()
         static = (
             ax,
             lay,
             None if lim == float("inf") else lim,
-            g._rounding(rounding),
+            rounding,
             tuple((k, float(v)) for k, v in zip(g._p.param_names, vals)),
         )
         return _gated_apply(g.name, static, x, up)
@@ -411,7 +416,8 @@ GATED = MappingProxyType(
 )
 """Gated form name -> JAX function (``iglu_np.jax.swiglu`` ...): the named forms and
 ``<activation>_glu`` for every activation. With number parameters, one custom_vjp over
-iglu_np's fused CPU loops (a pure_callback each way); with array parameters, the
+iglu_np's fused CPU loops (an XLA custom call each way on the CPU, as the activations';
+a pure_callback each way elsewhere and with ``rounding="twice"``); with array parameters, the
 activation's function between jax.numpy's split, clamps and product
 (:mod:`iglu_np._gated`)."""
 globals().update(ACTIVATIONS)

@@ -206,8 +206,8 @@ def test_jax_number_parameters_take_the_fused_loops_under_jit_grad_and_vmap(ij):
     g = iglu_np.swiglu_oai
     fn = lambda v: ij.swiglu_oai(v, alpha=1.3)  # noqa: E731
     jaxpr = str(jax.make_jaxpr(fn)(jnp.asarray(x)))
-    assert jaxpr.count("pure_callback") == 1
-    # the clamps and the product are inside the fused loops, not jax.numpy operations
+    # the clamps and the product are inside the fused loops (a custom call on the CPU,
+    # tests/test_jax_ffi.py; else a callback), not jax.numpy operations
     assert "select_n" not in jaxpr and "mul" not in jaxpr
     np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), g(x, alpha=1.3))
     ct = np.random.default_rng(2).standard_normal((4, 3, 4)).astype(np.float32)

@@ -199,3 +199,80 @@ def test_register_exported_names_a_target_this_version_lacks():
 
     with pytest.raises(ValueError, match="iglu_np_gelu_wobble_f4_attrs"):
         ij.register_exported(Foreign())
+
+
+# ------------------------------------------------------------------ gated forms
+_GATED_CASES = [
+    # form, params, shape, axis, layout: the loops' layouts s1 (halves; pairs along an
+    # inner axis), s2 (interleaved, gate first) and s2r (up first: glu)
+    ("swiglu", {}, (5, 24), -1, None),
+    ("swiglu_oai", {"alpha": 1.3}, (5, 24), -1, None),
+    ("geglu", {}, (3, 10, 4), 1, "interleaved"),
+    ("glu", {}, (4, 18), -1, "interleaved"),
+    ("xielu_glu", {"alpha_p": 0.9, "alpha_n": 0.7, "beta": 0.4}, (6, 16), 0, None),
+    ("leaky_relu_glu", {"negative_slope": 0.02}, (7, 12), -1, "interleaved"),
+]
+
+
+@pytest.mark.parametrize("form, params, shape, axis, layout", _GATED_CASES)
+def test_gated_forms_are_one_custom_call_each_way_with_iglu_np_bits(
+    form, params, shape, axis, layout
+):
+    g = iglu_np.get_gated(form)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    kw = dict(axis=axis, layout=layout, **params)
+    f = ij.GATED[form]
+    jf = jax.jit(lambda v: f(v, **kw))
+    hlo = jf.lower(x).compile().as_text()
+    assert "callback" not in hlo and hlo.count(f"iglu_np_glu_{g._spec_name}_fwd") == 1
+    y = jf(x)
+    np.testing.assert_array_equal(np.asarray(y), g(x, **kw))
+    ct = rng.standard_normal(y.shape).astype(np.float32)
+    _, vjp = jax.vjp(lambda v: f(v, **kw), jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(jax.jit(vjp)(ct)[0]), g.backward(x, ct, **kw))
+
+
+def test_gated_gate_and_up_apart_broadcast_and_reduce_their_gradients():
+    rng = np.random.default_rng(4)
+    gate = (rng.standard_normal((4, 6)) * 4).astype(np.float32)
+    up = rng.standard_normal((4, 6)).astype(np.float32)
+    f = jax.jit(lambda a, b: ij.swiglu(a, b))
+    np.testing.assert_array_equal(np.asarray(f(gate, up)), iglu_np.swiglu(gate, up))
+    ct = rng.standard_normal((4, 6)).astype(np.float32)
+    _, vjp = jax.vjp(lambda a, b: ij.swiglu(a, b), jnp.asarray(gate), jnp.asarray(up))
+    for got, want in zip(vjp(ct), iglu_np.swiglu.backward(gate, ct, up)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    row = up[:1]  # up broadcast along the rows: its gradient sums over them
+    dg, du = jax.grad(lambda a, b: jnp.sum(ij.swiglu(a, b) * ct), argnums=(0, 1))(gate, row)
+    np.testing.assert_allclose(np.asarray(du), iglu_np.swiglu.backward(gate, ct, row)[1], 1e-6)
+
+
+def test_gated_vmap_and_a_threaded_call_give_the_single_call_bits():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 96, 2048)) * 4).astype(np.float32)  # past the threshold
+    want = iglu_np.geglu(x)
+    np.testing.assert_array_equal(np.asarray(jax.jit(ij.geglu)(x)), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(ij.geglu)(x)), want)
+    ct = rng.standard_normal(want.shape).astype(np.float32)
+    gx = jax.vmap(lambda v, c: jax.vjp(ij.geglu, v)[1](c)[0])(jnp.asarray(x), ct)
+    np.testing.assert_array_equal(np.asarray(gx), iglu_np.geglu.backward(x, ct))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gated_16_bit_data_rounds_once_and_twice_takes_the_callbacks(dtype):
+    x = jnp.asarray(np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)).astype(dtype)
+    xn = np.asarray(x)
+    np.testing.assert_array_equal(np.asarray(jax.jit(ij.swiglu)(x)), iglu_np.swiglu(xn))
+    twice = jax.jit(lambda v: ij.swiglu(v, rounding="twice"))
+    assert "callback" in twice.lower(x).as_text()
+    np.testing.assert_array_equal(np.asarray(twice(x)), iglu_np.swiglu(xn, rounding="twice"))
+
+
+def test_gated_forms_export_and_register_like_the_activations():
+    jexport = _export()
+    x = np.linspace(-4, 4, 48, dtype=np.float32).reshape(3, 16)
+    f = jax.jit(jax.grad(lambda v: ij.swiglu_oai(v, alpha=1.3).sum()))
+    exp = jexport.export(f, disabled_checks=ij.export_checks())(x)
+    assert ij.register_exported(exp) == ["iglu_np_glu_swish_bwd_s2_1_f4"]
+    np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(f(x)))

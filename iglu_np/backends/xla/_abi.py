@@ -35,6 +35,7 @@ __all__ = [
     "attr_f64",
     "buffer_data",
     "buffer_size",
+    "result_size",
     "c_callback",
     "error",
     "fetch_add",
@@ -152,7 +153,17 @@ def buffer_data(frame, i, ret):
 @njit(inline="always")
 def buffer_size(frame, i):
     """The element count of argument ``i``."""
-    b = _buffer(frame, _F_ARGS, i)
+    return _size(_buffer(frame, _F_ARGS, i))
+
+
+@njit(inline="always")
+def result_size(frame, i):
+    """The element count of result ``i``."""
+    return _size(_buffer(frame, _F_RETS, i))
+
+
+@njit(inline="always")
+def _size(b):
     rank = word(b, _B_RANK)
     dims = word(b, _B_DIMS)
     n = 1
