@@ -41,7 +41,17 @@ from ..._spec import REGISTRY
 from ..cpu import loops, tiers
 from ..cpu import ufuncs as cpu
 
-__all__ = ["DTYPES", "KINDS", "handler", "source"]
+__all__ = [
+    "DTYPES",
+    "KINDS",
+    "compile_handler",
+    "generated",
+    "handler",
+    "namespace",
+    "once",
+    "source",
+    "threaded",
+]
 
 KINDS = ("fwd", "bwd")
 """The kernel kinds with handlers, besides each parameter's ``d_<param>``."""
@@ -54,7 +64,7 @@ KEY_FILES = (*loops.KEY_FILES, "backends/xla/cpu.py", "backends/xla/_abi.py")
 # the descriptor shared by a threaded handler and its tasks: int64 words
 _REFS, _NEXT, _DONE, _NCHUNK, _N, _CHUNK, _DATA = range(7)  # _DATA: operand pointers
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _mods: dict = {}
 _handlers: dict = {}
 
@@ -155,12 +165,29 @@ def _body(spec, kind: str, c: str, form: str) -> str:
     store += f"    w[{_DATA + ops}] = buffer_data(frame, 0, True)\n"
     store += "".join(f"    put_f64(d, {wp + j}, q{j})\n" for j in range(k))
     store += f"    w[{wm}] = 1 if {scalar} else 0\n"
+    head = (
+        f"{h}    nt = 0\n"
+        "    if n >= THRESHOLD:\n"
+        "        nt = min(pool_threads(frame) - 1, (n - 1) // TASK_BLOCK)\n"
+    )
+    count = "n = buffer_size(frame, 0)"
+    return threaded(tag, nw, w_arr, loop, head, count, "n", "TASK_BLOCK", store)
+
+
+def threaded(tag, nw, arrays, loop, head, count, n, chunk, store) -> str:
+    """The source of ``_work_<tag>``, ``task_<tag>`` and ``handler_<tag>``: the handler
+    shares the work with XLA's pool through a descriptor of ``nw`` words. ``count`` (a
+    line) sets the handler's number of work items, named ``n``; ``head`` (lines) its other
+    values and ``nt``, the pool threads to ask for; ``store`` (lines) writes the operands
+    into the descriptor. The items go in chunks of ``chunk`` (threaded) or all in one; the
+    worker views its arrays (``arrays``, lines) and runs ``loop`` (lines, indented 8) on
+    the items ``lo`` to ``min(lo + cs, n)`` of each chunk it claims."""
     return f"""
 
 def _work_{tag}(d):
     w = words(d, {nw})
-    n, cs, nc = w[{_N}], w[{_CHUNK}], w[{_NCHUNK}]
-{w_arr}    while True:
+    {n}, cs, nc = w[{_N}], w[{_CHUNK}], w[{_NCHUNK}]
+{arrays}    while True:
         c = fetch_add(d + {8 * _NEXT}, 1)
         if c >= nc:
             break
@@ -179,19 +206,16 @@ def task_{tag}(d):
 def handler_{tag}(frame):
     if stage(frame) != EXECUTE:
         return 0
-    n = buffer_size(frame, 0)
-{h}    nt = 0
-    if n >= THRESHOLD:
-        nt = min(pool_threads(frame) - 1, (n - 1) // TASK_BLOCK)
-    d = malloc({8 * nw}) if nt > 0 else 0
+    {count}
+{head}    d = malloc({8 * nw}) if nt > 0 else 0
     if d == 0:  # alone (small data, no pool, or no memory): the descriptor on the stack
         nt = 0
         d = stack_words({nw})
-    cs = TASK_BLOCK if nt > 0 else max(n, 1)
-    nc = (n + cs - 1) // cs
+    cs = {chunk} if nt > 0 else max({n}, 1)
+    nc = ({n} + cs - 1) // cs
     w = words(d, {nw})
     w[{_REFS}], w[{_NEXT}], w[{_DONE}] = 1 + nt, 0, 0
-    w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, n, cs
+    w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, {n}, cs
 {store}    env = ieee_env()
     for t in range(nt):
         if not schedule(frame, c_callback(task_{tag}), d):
@@ -231,41 +255,82 @@ def _messages(spec) -> dict:
     return out
 
 
-def _module(spec):
-    mod = _mods.get(spec.name)
-    if mod is not None:
-        return mod
-    with _lock:
-        mod = _mods.get(spec.name)
-        if mod is not None:
-            return mod
-        from numba import carray, njit, types
+def namespace(**names) -> dict:
+    """The globals of a generated handler module: the FFI ABI's helpers, Numba's carray,
+    the threading constants and ``names`` (the loops the handlers call)."""
+    from numba import carray, types
 
+    from . import _abi
+
+    ns = {k: getattr(_abi, k) for k in _abi.__all__}
+    ns.update(
+        carray=carray,
+        _ptr=_abi._ptr,
+        EXECUTE=_abi.EXECUTE,
+        THRESHOLD=tiers.THRESHOLD,
+        TASK_BLOCK=loops.TASK_BLOCK,
+        T_f4=types.float32,
+        T_f8=types.float64,
+        np=np,
+    )
+    ns.update(names)
+    return ns
+
+
+def generated(kind: str, spec, key_files, src: str, ns: dict):
+    """The handler module ``src`` of ``spec`` (``<cache>/<kind>_<name>_<hash>.py``) with
+    its workers and tasks compiled. The threshold is compiled in: a process that sets
+    another one compiles apart."""
+    from numba import njit
+
+    key = f"{cpu.kernel_hash(spec, extra=key_files)}\0threshold {tiers.THRESHOLD}"
+    h = hashlib.sha256(key.encode()).hexdigest()[:16]
+    mod = cpu.generated_module(kind, spec, h, src, ns)
+    for k in list(mod.__dict__):
+        if k.startswith(("_work_", "task_")):
+            mod.__dict__[k] = njit(mod.__dict__[k], nogil=True)
+    return mod
+
+
+def compile_handler(mod, fname: str) -> int:
+    """The address of handler ``fname`` of the generated module ``mod``, compiled as
+    ``numba.cfunc(intp(intp), nogil=True)`` with the cache that survives damage (it
+    holds no address of this process, so Numba's disk cache keeps it)."""
+    from numba import types
+    from numba.core.ccallback import CFunc
+
+    from ..cpu import _cache
+
+    fn = CFunc(mod.__dict__[fname], ((types.intp,), types.intp), {}, {"nogil": True})
+    if loops._CACHE:
+        loops._serialised_saves(_cache.enable(fn))
+    fn.compile()
+    mod.__dict__.setdefault("_keep", []).append(fn)
+    return fn.address
+
+
+def once(table: dict, key, build):
+    """``table[key]``, made by ``build()`` the first time, under the handlers' lock (one
+    for every generated handler module: building one may build the modules it calls)."""
+    v = table.get(key)
+    if v is None:
+        with _lock:
+            v = table.get(key)
+            if v is None:
+                v = table[key] = build()
+    return v
+
+
+def _module(spec):
+    def build():
         from . import _abi
 
         fast = loops._module(spec).__dict__
-        ns = {k: getattr(_abi, k) for k in _abi.__all__}
-        ns.update(
-            carray=carray,
-            _ptr=_abi._ptr,
-            EXECUTE=_abi.EXECUTE,
-            THRESHOLD=tiers.THRESHOLD,
-            TASK_BLOCK=loops.TASK_BLOCK,
-            T_f4=types.float32,
-            T_f8=types.float64,
-            np=np,
-        )
-        ns.update({k: v for k, v in fast.items() if k.startswith("loop_")})
+        ns = namespace(**{k: v for k, v in fast.items() if k.startswith("loop_")})
         ns.update({k: _abi.message(v) for k, v in _messages(spec).items()})
-        # the threshold is compiled in: a process that sets another one compiles apart
-        key = f"{cpu.kernel_hash(spec, extra=KEY_FILES)}\0threshold {tiers.THRESHOLD}"
-        h = hashlib.sha256(key.encode()).hexdigest()[:16]
-        mod = cpu.generated_module("xla", spec, h, source(spec), ns)
-        for k in list(mod.__dict__):
-            if k.startswith(("_work_", "task_")):
-                mod.__dict__[k] = njit(mod.__dict__[k], nogil=True)
-        _mods[spec.name] = mod
-        return mod
+        return generated("xla", spec, KEY_FILES, source(spec), ns)
+
+    return once(_mods, spec.name, build)
 
 
 def handler(name: str, kind: str, dtype, params: str = "attrs") -> int:
@@ -275,27 +340,8 @@ def handler(name: str, kind: str, dtype, params: str = "attrs") -> int:
     one element or each of the data's size; values outside a parameter's domain return
     XLA an error naming it). Built on first use."""
     c = DTYPES[np.dtype(dtype)]
-    key = (name, kind, c, params)
-    addr = _handlers.get(key)
-    if addr is not None:
-        return addr
-    from numba import types
-    from numba.core.ccallback import CFunc
-
-    from ..cpu import _cache
-
-    spec = REGISTRY[name]
-    mod = _module(spec)
-    with _lock:
-        addr = _handlers.get(key)
-        if addr is not None:
-            return addr
-        # numba.cfunc(intp(intp), nogil=True), with the cache that survives damage
-        sig = ((types.intp,), types.intp)
-        fn = CFunc(mod.__dict__[f"handler_{kind}_{c}_{params}"], sig, {}, {"nogil": True})
-        if loops._CACHE:  # Numba's on-disk cache (the handler holds no process address)
-            loops._serialised_saves(_cache.enable(fn))
-        fn.compile()
-        mod.__dict__.setdefault("_keep", []).append(fn)
-        _handlers[key] = addr = fn.address
-    return addr
+    return once(
+        _handlers,
+        (name, kind, c, params),
+        lambda: compile_handler(_module(REGISTRY[name]), f"handler_{kind}_{c}_{params}"),
+    )

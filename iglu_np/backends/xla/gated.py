@@ -20,16 +20,12 @@ activation (``<cache>/xla_gated_<name>_<hash>.py``) and kept in Numba's disk cac
 
 from __future__ import annotations
 
-import hashlib
-import threading
-
 import numpy as np
 
 from ..._spec import REGISTRY
 from ..cpu import gated as cpu_gated
-from ..cpu import loops, tiers
-from ..cpu import ufuncs as cpu
 from ..cpu.gated_source import LAYOUTS
+from . import cpu as xla_cpu
 from .cpu import DTYPES
 
 __all__ = ["OPS", "handler", "source"]
@@ -39,7 +35,6 @@ KEY_FILES = (*cpu_gated.KEY_FILES, "backends/xla/gated.py", "backends/xla/_abi.p
 GEOMETRY = 5  # rows, columns, gate offset, up offset, row stride
 
 _REFS, _NEXT, _DONE, _NCHUNK, _N, _CHUNK, _DATA = range(7)
-_lock = threading.Lock()
 _mods: dict = {}
 _handlers: dict = {}
 
@@ -80,58 +75,16 @@ def _body(spec, op: str, lay: str, operands: int, c: str) -> str:
     store += "".join(
         f"    put_f64(d, {wf + j}, attr_f64(frame, {GEOMETRY + j}))\n" for j in range(2 + k)
     )
-    return f"""
-
-def _work_{tag}(d):
-    w = words(d, {nw})
-    nt, cs, nc = w[{_N}], w[{_CHUNK}], w[{_NCHUNK}]
-{arrays}    while True:
-        c = fetch_add(d + {8 * _NEXT}, 1)
-        if c >= nc:
-            break
-        lo = c * cs
-        glu_{op}_{lay}({args}, {geo}, lo, min(lo + cs, nt), {scal})
-        fetch_add(d + {8 * _DONE}, 1)
-
-
-def task_{tag}(d):
-    env = ieee_env()
-    _work_{tag}(d)
-    restore_env(env)
-    if fetch_add(d + {8 * _REFS}, -1) == 1:
-        free(d)
-
-
-def handler_{tag}(frame):
-    if stage(frame) != EXECUTE:
-        return 0
-    rows = np.int64(attr_f64(frame, 0))
-    cols = np.int64(attr_f64(frame, 1))
-    nt = rows * ((cols + GLU_BLOCK - 1) // GLU_BLOCK)
-    nth = 0
-    if rows * cols >= THRESHOLD and nt > 1:
-        nth = min(pool_threads(frame) - 1, nt - 1)
-    d = malloc({8 * nw}) if nth > 0 else 0
-    if d == 0:
-        nth = 0
-        d = stack_words({nw})
-    cs = 1 if nth > 0 else max(nt, 1)
-    nc = (nt + cs - 1) // cs
-    w = words(d, {nw})
-    w[{_REFS}], w[{_NEXT}], w[{_DONE}] = 1 + nth, 0, 0
-    w[{_NCHUNK}], w[{_N}], w[{_CHUNK}] = nc, nt, cs
-{store}    env = ieee_env()
-    for t in range(nth):
-        if not schedule(frame, c_callback(task_{tag}), d):
-            fetch_add(d + {8 * _REFS}, -1)
-    _work_{tag}(d)
-    while load(d + {8 * _DONE}) < nc:
-        sched_yield()
-    restore_env(env)
-    if nth > 0 and fetch_add(d + {8 * _REFS}, -1) == 1:
-        free(d)
-    return 0
-"""
+    head = (
+        "    cols = np.int64(attr_f64(frame, 1))\n"
+        "    ntask = rows * ((cols + GLU_BLOCK - 1) // GLU_BLOCK)\n"
+        "    nt = 0\n"
+        "    if rows * cols >= THRESHOLD and ntask > 1:\n"
+        "        nt = min(pool_threads(frame) - 1, ntask - 1)\n"
+    )
+    loop = f"        glu_{op}_{lay}({args}, {geo}, lo, min(lo + cs, ntask), {scal})\n"
+    count = "rows = np.int64(attr_f64(frame, 0))"
+    return xla_cpu.threaded(tag, nw, arrays, loop, head, count, "ntask", "1", store)
 
 
 def source(spec) -> str:
@@ -151,38 +104,14 @@ def source(spec) -> str:
 
 
 def _module(spec):
-    mod = _mods.get(spec.name)
-    if mod is not None:
-        return mod
-    with _lock:
-        mod = _mods.get(spec.name)
-        if mod is not None:
-            return mod
-        from numba import carray, njit, types
-
-        from . import _abi
-
+    def build():
         glu = cpu_gated._module(spec).__dict__
-        ns = {k: getattr(_abi, k) for k in _abi.__all__}
-        ns.update(
-            carray=carray,
-            _ptr=_abi._ptr,
-            EXECUTE=_abi.EXECUTE,
-            THRESHOLD=tiers.THRESHOLD,
-            GLU_BLOCK=cpu_gated.GLU_BLOCK,
-            T_f4=types.float32,
-            T_f8=types.float64,
-            np=np,
+        ns = xla_cpu.namespace(
+            GLU_BLOCK=cpu_gated.GLU_BLOCK, **{k: v for k, v in glu.items() if k.startswith("glu_")}
         )
-        ns.update({k: v for k, v in glu.items() if k.startswith("glu_")})
-        key = f"{cpu.kernel_hash(spec, extra=KEY_FILES)}\0threshold {tiers.THRESHOLD}"
-        h = hashlib.sha256(key.encode()).hexdigest()[:16]
-        mod = cpu.generated_module("xla_gated", spec, h, source(spec), ns)
-        for name in list(mod.__dict__):
-            if name.startswith(("_work_", "task_")):
-                mod.__dict__[name] = njit(mod.__dict__[name], nogil=True)
-        _mods[spec.name] = mod
-        return mod
+        return xla_cpu.generated("xla_gated", spec, KEY_FILES, source(spec), ns)
+
+    return xla_cpu.once(_mods, spec.name, build)
 
 
 def handler(name: str, op: str, layout: str, operands: int, dtype) -> int:
@@ -190,25 +119,9 @@ def handler(name: str, op: str, layout: str, operands: int, dtype) -> int:
     ``layout`` with ``operands`` data operands (1: x; 2: gate and up) on float32 or
     float64 data. Built on first use."""
     c = DTYPES[np.dtype(dtype)]
-    key = (name, op, layout, operands, c)
-    addr = _handlers.get(key)
-    if addr is not None:
-        return addr
-    from numba import types
-    from numba.core.ccallback import CFunc
-
-    from ..cpu import _cache
-
-    mod = _module(REGISTRY[name])
-    with _lock:
-        addr = _handlers.get(key)
-        if addr is not None:
-            return addr
-        sig = ((types.intp,), types.intp)
-        fn = CFunc(mod.__dict__[f"handler_{op}_{layout}_{operands}_{c}"], sig, {}, {"nogil": True})
-        if loops._CACHE:
-            loops._serialised_saves(_cache.enable(fn))
-        fn.compile()
-        mod.__dict__.setdefault("_keep", []).append(fn)
-        _handlers[key] = addr = fn.address
-    return addr
+    fname = f"handler_{op}_{layout}_{operands}_{c}"
+    return xla_cpu.once(
+        _handlers,
+        (name, op, layout, operands, c),
+        lambda: xla_cpu.compile_handler(_module(REGISTRY[name]), fname),
+    )
