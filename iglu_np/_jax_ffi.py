@@ -79,17 +79,22 @@ def _target_name(name: str, kind: str, cdt, form: str) -> str:
     return f"iglu_np_{name}_{kind}_{cpu.DTYPES[np.dtype(cdt)]}_{form}"
 
 
-def _target(name: str, kind: str, cdt, form: str) -> str:
-    from .backends.xla import cpu
-
-    t = _target_name(name, kind, cdt, form)
+def _registered(t: str, address) -> str:
+    """Target ``t``, registered with XLA the first time (its handler at ``address()``)."""
     if t not in _targets:
         with _lock:
             if t not in _targets:
-                addr = cpu.handler(name, kind, cdt, form)
-                _ffi.register_ffi_target(t, _ffi.pycapsule(addr), platform="cpu")
+                _ffi.register_ffi_target(t, _ffi.pycapsule(address()), platform="cpu")
                 _targets.add(t)
     return t
+
+
+def _target(name: str, kind: str, cdt, form: str) -> str:
+    from .backends.xla import cpu
+
+    return _registered(
+        _target_name(name, kind, cdt, form), lambda: cpu.handler(name, kind, cdt, form)
+    )
 
 
 # --------------------------------------------------------------------------- export
@@ -200,15 +205,18 @@ def _operands_fn(name, kind, cdt, nd):
     return f
 
 
-_fns: dict = {}
+_fns: dict = {}  # the batching-rule wrappers by what they call: built once each
+
+
+def _memo(key, build):
+    f = _fns.get(key)
+    if f is None:
+        f = _fns[key] = build()
+    return f
 
 
 def _operands(name, kind, cdt, nd, *ops):
-    key = (name, kind, cdt, nd)
-    f = _fns.get(key)
-    if f is None:
-        f = _fns[key] = _operands_fn(name, kind, cdt, nd)
-    return f(*ops)
+    return _memo((name, kind, cdt, nd), lambda: _operands_fn(name, kind, cdt, nd))(*ops)
 
 
 # --------------------------------------------------------------------------- constants
@@ -333,14 +341,10 @@ def _gated_target_name(name, op, lay, operands, cdt) -> str:
 def _gated_target(name, op, lay, operands, cdt) -> str:
     from .backends.xla import gated
 
-    t = _gated_target_name(name, op, lay, operands, cdt)
-    if t not in _targets:
-        with _lock:
-            if t not in _targets:
-                addr = gated.handler(name, op, lay, operands, cdt)
-                _ffi.register_ffi_target(t, _ffi.pycapsule(addr), platform="cpu")
-                _targets.add(t)
-    return t
+    return _registered(
+        _gated_target_name(name, op, lay, operands, cdt),
+        lambda: gated.handler(name, op, lay, operands, cdt),
+    )
 
 
 def _gated_raw(static, op, *ops):
@@ -387,15 +391,8 @@ def _gated_fn(static, op):
     return f
 
 
-_gated_fns: dict = {}
-
-
 def _gated_call(static, op, *ops):
-    key = (static, op)
-    f = _gated_fns.get(key)
-    if f is None:
-        f = _gated_fns[key] = _gated_fn(static, op)
-    return f(*ops)
+    return _memo(("glu", static, op), lambda: _gated_fn(static, op))(*ops)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
