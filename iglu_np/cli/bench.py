@@ -36,6 +36,7 @@ from ._measure import DRIFT_MAX, SPREAD_MAX, limit_kernels, machine_info  # noqa
 from ._measure import SPREADS as _SPREADS
 from ._measure import load as _load
 from ._measure import median_time as _median_time
+from .references import torch_function
 
 SIZES = (10_000, 1_000_000, 16_777_216)
 DTYPES = ("float32", "float64", "bfloat16")
@@ -293,19 +294,18 @@ def run(
 
 def _torch_times(th, name, tx, tg, to, repeats, min_time):
     """torch forward (out= where the op has an out variant) and autograd fwd+bwd."""
-    from .._spec import REGISTRY
+    import iglu_np
 
-    F = th.nn.functional
-    op = REGISTRY[name].torch  # the spec's torch equivalent: a torch.nn.functional name,
-    if callable(op):  # or an expression in torch operations
-
-        def fn(t):
-            return op(th, t)
+    act = iglu_np.get(name)
+    op = act.spec.torch  # a torch.nn.functional name or an expression
+    fn = torch_function(th, act)
+    if fn is None:
+        return None, None
+    if callable(op):
 
         def fwd():
-            return op(th, tx)
-    elif op and hasattr(F, op):
-        fn = getattr(F, op)
+            return fn(tx)
+    else:
         aten = getattr(th.ops.aten, op, None)
         outv = getattr(aten, "out", None) if aten is not None else None
         if outv is not None:
@@ -323,8 +323,7 @@ def _torch_times(th, name, tx, tg, to, repeats, min_time):
 
             def fwd():
                 return fn(tx)
-    else:
-        return None, None
+
     with th.no_grad():
         tf = _median_time(fwd, repeats, min_time)
     xr = tx.clone().requires_grad_(True)
