@@ -20,9 +20,11 @@ __all__ = ["Params", "of", "values", "check", "keyword_hint", "unexpected"]
 class Params:
     """An activation as the backends see it: ``name``, ``spec``, ``params`` (the
     :class:`~iglu_np._spec.Param` tuple), ``param_names`` and ``defaults`` (a tuple in
-    declaration order). Pickles by name (dask workers rebuild it from their registry)."""
+    declaration order), and ``same_as``: None, or ``(other, values)`` with ``values`` in
+    declaration order where the spec declares that its kernels there are ``other``'s.
+    Pickles by name (dask workers rebuild it from their registry)."""
 
-    __slots__ = ("spec", "name", "params", "param_names", "defaults", "by_name", "index")
+    __slots__ = ("spec", "name", "params", "param_names", "defaults", "by_name", "index", "same_as")
 
     def __init__(self, spec):
         self.spec = spec
@@ -32,6 +34,8 @@ class Params:
         self.defaults = tuple(p.default for p in spec.params)
         self.by_name = {p.name: p for p in spec.params}
         self.index = {p.name: i for i, p in enumerate(spec.params)}
+        same = spec.same_as
+        self.same_as = (same[0], tuple(same[1][n] for n in self.param_names)) if same else None
 
     def __reduce__(self):
         return (of, (self.name,))

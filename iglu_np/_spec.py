@@ -139,6 +139,7 @@ class ActivationSpec:
     bulk: Mapping = field(default_factory=dict)
     bulk_domain: Callable | None = None
     prepared: Mapping = field(default_factory=dict)
+    same_as: tuple = ()
 
     @property
     def param_names(self) -> tuple:
@@ -209,6 +210,7 @@ def define(
     bulk: Mapping | None = None,
     bulk_domain: Callable | None = None,
     prepared: Mapping | None = None,
+    same_as: tuple = (),
 ) -> ActivationSpec:
     """Declare and register an activation.
 
@@ -249,6 +251,12 @@ def define(
     returns the kernel's bits. GPU kernels whose parameters are scalars (the CuPy vector
     kernels, the Numba CUDA ones) compute ``prep`` once per thread, not once per element
     (tests/test_prepared.py checks the bit equality on the CPU and in the host C++).
+
+    ``same_as=(other, values)`` declares that at the parameter values ``values`` (a
+    mapping naming every parameter) ``f`` and ``dx`` return activation ``other``'s bits at
+    its defaults for every x (Swish at beta = 1 is SiLU). The CPU fast path then runs
+    ``other``'s value, derivative and backward loops, whose bulk has no parameter to
+    form (tests/test_same_as.py checks the bit equality over the whole float range).
     """
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is already registered")
@@ -269,6 +277,11 @@ def define(
         raise ValueError(f"{name}: prepared keys {sorted(prepared)} not in 'f', 'dx', {names}")
     if any(not (isinstance(v, tuple) and len(v) == 2) for v in prepared.values()):
         raise ValueError(f"{name}: prepared values must be (prep, fn) pairs")
+    if same_as:
+        other, at = same_as
+        if not isinstance(other, str) or set(at) != set(names):
+            raise ValueError(f"{name}: same_as is (activation name, {{every parameter: value}})")
+        same_as = (other, MappingProxyType({k: float(at[k]) for k in names}))
     if check is not None:
         import inspect
 
@@ -313,6 +326,7 @@ def define(
         bulk=MappingProxyType(bulk),
         bulk_domain=bulk_domain,
         prepared=MappingProxyType(prepared),
+        same_as=tuple(same_as),
     )
     _REGISTRY[name] = spec
     return spec

@@ -278,6 +278,7 @@ define(
     dx=gelu_a_dx,
     bulk={"f": gelu_a_f_bulk, "dx": gelu_a_dx_bulk, "a": gelu_a_da_bulk},
     bulk_domain=_gelu_a_bulk_domain,
+    same_as=("gelu", {"a": 1.0}),
     dparams={"a": gelu_a_da},
     ref=_ref_gelu_a,
     ref_dx=_ref_gelu_a_dx,
@@ -286,7 +287,8 @@ define(
     special_points=(lambda p: GELU_DX_ROOT / p["a"] if p["a"] > 0 else None, 0.0),
     notes=(
         _TAIL_NOTE + " The product a*x is formed exactly (two_prod) before it enters the gate. "
-        "a = 0 is allowed and gives x/2 (also at x = +-inf), derivative 1/2 and "
+        "At a = 1 the kernels are GELU's, bit for bit (a x = x exactly, with a zero low "
+        "part). a = 0 is allowed and gives x/2 (also at x = +-inf), derivative 1/2 and "
         "d/da = x^2/sqrt(2 pi). The x-derivative crosses zero at x = -0.75179.../a."
     ),
     references=(_PAPER + ", eq. 4", _HG),

@@ -308,6 +308,7 @@ define(
     dparams={"beta": swish_dbeta},
     bulk={"f": swish_f_bulk, "dx": swish_dx_bulk, "beta": swish_dbeta_bulk},
     bulk_domain=_swish_bulk_domain,
+    same_as=("silu", {"beta": 1.0}),
     ref=_ref_swish,
     ref_dx=_ref_swish_dx,
     ref_dparams={"beta": _ref_swish_db},

@@ -28,6 +28,7 @@ import numpy as np
 from ..._dtypes import F32 as _F32
 from ..._dtypes import F64 as _F64
 from ..._dtypes import beyond_f32 as _beyond_f32
+from ..._params import of as _of
 from ..._params import values as _values
 from . import ufuncs as cpu
 
@@ -94,6 +95,9 @@ def set_threshold(n: int) -> None:
     THRESHOLD = int(n)
 
 
+# The kinds whose kernels depend on the parameters through f and dx alone: where a spec's
+# same_as holds, they run the other activation's loops.
+_PLAIN_KINDS = frozenset(("fwd", "dx", "bwd"))
 _LOOPS = None  # iglu_np.backends.cpu.loops once loaded: it imports numba
 _calls: dict = {}  # plan key -> small calls served by the ufunc (> WARM_CALLS: for good)
 _threaded: set = set()  # plan keys whose threaded kernel is compiled for the fast path
@@ -166,6 +170,12 @@ def fast(act, kind, data, params, out):
                 return None
     else:
         vals = act.defaults
+    name = act.name
+    same = act.same_as
+    if same is not None and kind in _PLAIN_KINDS and tuple(vals) == same[1]:
+        # the spec's same_as: these parameter values give another activation's bits
+        name = same[0]
+        vals = _of(name).defaults
     alias = None  # out is input j: the loops' in-place variant (see loop_source.source)
     if out is None:
         o = np.empty(shape, dt) if order is None else _LOOPS.empty_like_layout(shape, dt, order)
@@ -199,7 +209,7 @@ def fast(act, kind, data, params, out):
                     return None
         o = out
     n = x.size
-    key = (act.name, kind, dt.char, alias)
+    key = (name, kind, dt.char, alias)
     # the loops' module imports Numba: small calls through the ufunc do without it
     p = None if _LOOPS is None else _LOOPS.plans.get(key)
     if p is None:
@@ -211,16 +221,16 @@ def fast(act, kind, data, params, out):
                 _calls[key] = c + 1
             elif c == WARM_CALLS:
                 # hot: the loop where it loads without a compile (this process, the disk)
-                p = (_LOOPS or _loops()).plan(act.name, kind, dt, alias, cached_only=True)
+                p = (_LOOPS or _loops()).plan(name, kind, dt, alias, cached_only=True)
                 if p is None:
                     _calls[key] = c + 1  # not compiled: the ufunc until a call builds it
             if p is None:
                 ins = (x,) if g is None else (x, g)
                 with np.errstate(all="ignore"):  # FP flags of discarded branches
-                    cpu.get_ufunc(act.name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
+                    cpu.get_ufunc(name, kind)(*ins, *[dt.type(v) for v in vals], out=o)
                 return o
         else:
-            p = (_LOOPS or _loops()).plan(act.name, kind, dt, alias)
+            p = (_LOOPS or _loops()).plan(name, kind, dt, alias)
     fast = _LOOPS
     loop, par_kernel = p
     if order is not None:  # the 1-d loop runs over the memory; o keeps x's layout
