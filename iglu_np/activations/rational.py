@@ -151,8 +151,31 @@ def _sp_q(x, b):
 
 
 @kernel
+def _sp_q_bulk(x, b):
+    """_sp_q in the bulk domain with one division: b/(2 s (s + |x|)) = b/(2 (t + s |x|)),
+    t = fma(x, x, b) and s = sqrt(t). There t + s |x| stays within [2^-120, 2^122]
+    (float32; [2^-1000, 2^1002] float64), so nothing overflows or underflows before the
+    quotient, which rounds once (a tiny b keeps its bits: no b/2). Relative errors in
+    units of the rounding u: t 1, s 3/2, t + s |x| in one fma at most 3/2 + 1 (its terms
+    are positive, so their errors weigh by their shares), q 7/2, and 1 - q (q <= 1/2) at
+    most 7/2 + 1 of the derivative."""
+    t = fma(x, x, b)
+    d = fma(math.sqrt(t), abs(x), t)
+    return b / (d + d)
+
+
+@kernel
+def squareplus_dx_bulk(x, b):
+    T = type(x)
+    q = _sp_q_bulk(x, b)
+    return q if x < T(0.0) else T(1.0) - q
+
+
+@kernel
 def squareplus_dx(x, b):
     T = type(x)
+    if _squareplus_bulk_domain(x, b):
+        return squareplus_dx_bulk(x, b)
     q = _sp_q(x, b)
     return q if x < T(0.0) else T(1.0) - q  # q <= 1/2 for x >= 0: no cancellation
 
@@ -217,14 +240,16 @@ define(
     f=squareplus_f,
     dx=squareplus_dx,
     dparams={"b": squareplus_db},
-    bulk={"f": squareplus_f_bulk},
+    bulk={"f": squareplus_f_bulk, "dx": squareplus_dx_bulk},
     bulk_domain=_squareplus_bulk_domain,
     ref=_ref_squareplus,
     ref_dx=_ref_squareplus_dx,
     ref_dparams={"b": _ref_squareplus_db},
     notes=(
-        "sqrt(x^2 + b) is computed as hypot(x, sqrt(b)): no overflow of x^2 for huge |x| "
-        "and no underflow for tiny x. For x < 0 the value is rationalised to "
+        "Where x^2 + b neither overflows nor goes subnormal (|x| <= 2^60 and b <= 2^120 in "
+        "float32, 2^500 and 2^1000 in float64) sqrt(x^2 + b) is sqrt(fma(x, x, b)), rounded "
+        "twice; beyond, hypot(x, sqrt(b)): no overflow of x^2 for huge |x| and no underflow "
+        "for tiny x. For x < 0 the value is rationalised to "
         "b/(2(sqrt(x^2+b) - x)) and the derivative to b/(2s(s + |x|)), so the negative "
         "tail (~ b/(4|x|) and b/(4x^2)) keeps full relative accuracy instead of "
         "cancelling. With b = 0 it is ReLU; the derivative at x = 0 is then 1/2 (its "
