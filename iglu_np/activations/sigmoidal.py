@@ -189,7 +189,7 @@ def tanhshrink_f(x):
 
 # The bulk (|x| <= 354 float64, 44 float32: exp(2|x|) normal): the cubic for |x| < 1.5 and
 # beyond it tanh's exp form (what tanh returns for |x| >= 0.625) without tanh's polynomial;
-# the same bits (see define's bulk).
+# the derivative tanh^2 with tanh's own bulk form. The same bits (see define's bulk).
 @kernel
 def _tanhshrink_bulk_domain(x):
     T = type(x)
@@ -208,6 +208,13 @@ def tanhshrink_f_bulk(x):
 def tanhshrink_dx(x):
     # 1 - sech^2 = tanh^2: no cancellation at all.
     t = math.tanh(x)
+    return t * t
+
+
+@kernel
+def tanhshrink_dx_bulk(x):
+    # tanh by tanh's bulk form: its bits wherever exp(2|x|) is normal (this domain)
+    t = tanh_f_bulk(x)
     return t * t
 
 
@@ -625,7 +632,7 @@ define(
     derivative_formula=r"\mathrm{Tanhshrink}'(x) = \tanh^2(x)",
     f=tanhshrink_f,
     dx=tanhshrink_dx,
-    bulk={"f": tanhshrink_f_bulk},
+    bulk={"f": tanhshrink_f_bulk, "dx": tanhshrink_dx_bulk},
     bulk_domain=_tanhshrink_bulk_domain,
     ref=lambda mp, x: _ref_tanhshrink(mp, x),
     ref_dx=lambda mp, x: _ref_tanhshrink_dx(mp, x),
