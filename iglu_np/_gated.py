@@ -48,6 +48,20 @@ def _host_arrays():
     return host_arrays
 
 
+_CPU_GATED = None
+
+
+def _cpu_gated():
+    """The CPU gated loops' module (:mod:`.backends.cpu.gated`: its thin path takes a
+    numpy input at the form's defaults without the general preparation)."""
+    global _CPU_GATED
+    if _CPU_GATED is None:
+        from .backends.cpu import gated
+
+        _CPU_GATED = gated
+    return _CPU_GATED
+
+
 class Gated:
     """The gated form ``act(gate; params) * up`` of an activation; see
     ``help(iglu_np.swiglu)`` and :mod:`iglu_np._gated`."""
@@ -173,6 +187,18 @@ class Gated:
         out=None,
         **params,
     ):
+        if (
+            type(x) is np.ndarray
+            and up is None
+            and not params
+            and axis == -1
+            and layout is None
+            and limit is _DEFAULT
+            and rounding == "once"
+        ):
+            r = _cpu_gated().thin_forward(self, x, out)
+            if r is not None:
+                return r
         return _host(self, "fwd", x, up, None, axis, layout, limit, rounding, out, params)
 
     def backward(
@@ -191,6 +217,18 @@ class Gated:
     ):
         """The gradient of ``sum(grad_out * self(x, up))``: shaped like ``x`` with
         ``up=None``, else the pair ``(d_gate, d_up)`` shaped like ``x`` and ``up``."""
+        if (
+            type(x) is np.ndarray
+            and up is None
+            and not params
+            and axis == -1
+            and layout is None
+            and limit is _DEFAULT
+            and rounding == "once"
+        ):
+            r = _cpu_gated().thin_backward(self, x, grad_out, out)
+            if r is not None:
+                return r
         return _host(self, "bwd", x, up, grad_out, axis, layout, limit, rounding, out, params)
 
     def backward_params(

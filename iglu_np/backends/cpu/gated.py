@@ -17,12 +17,12 @@ import threading
 
 import numpy as np
 
-from ..._dtypes import F64, fused_dtype, typed
+from ..._dtypes import F32, F64, fused_dtype, typed
 from ..._spec import REGISTRY
 from . import tiers
 from .gated_source import source as _source
 
-__all__ = ["GLU_BLOCK", "forward", "backward", "geometry", "ready"]
+__all__ = ["GLU_BLOCK", "forward", "backward", "geometry", "ready", "thin_forward", "thin_backward"]
 
 #: Columns per task: a task's float64 parameter-gradient buffers stay in L2.
 GLU_BLOCK = 1 << 12
@@ -243,8 +243,14 @@ def _tasks(r, c) -> int:
 
 
 def _run(spec, name, dt, arrays, geo, lim, shift, vals):
+    _run_typed(spec, name, dt, arrays, geo, typed(dt, lim, shift, *vals))
+
+
+def _run_typed(spec, name, dt, arrays, geo, tail):
+    """Task function ``name`` over ``arrays`` of ``geo``, threaded from the threshold on;
+    ``tail``: the typed limit, shift and parameters."""
     r, c = geo[0], geo[1]
-    single = (*arrays, *geo, 0, _tasks(r, c), *typed(dt, lim, shift, *vals))
+    single = (*arrays, *geo, 0, _tasks(r, c), *tail)
     k = _kernel(spec, name, False)
     n = r * c
     if tiers._parallel(n):
@@ -257,3 +263,97 @@ def _run(spec, name, dt, arrays, geo, lim, shift, vals):
         loops.launch(kp, n, lambda: kp(*par), lambda: k(*single), dt.char)
     else:
         k(*single)
+
+
+# --------------------------------------------------------------------------- thin path
+_thin_args: dict = {}  # (form name, dtype char) -> the loops' typed (lim, shift, *params)
+
+
+def _thin_tail(g, dt):
+    """The typed (limit, shift, parameters) of form ``g`` at its defaults for dtype ``dt``,
+    or None where the fused loops do not take them (float32 beyond its range)."""
+    key = (g.name, dt.char)
+    tail = _thin_args.get(key, False)
+    if tail is False:
+        vals = g._p.defaults
+        vals = tuple(g._fixed.get(n, v) for n, v in zip(g._p.param_names, vals))
+        ok = fused_dtype([dt], vals) == dt
+        tail = _thin_args[key] = typed(dt, g._limit(g.limit), g.shift, *vals) if ok else None
+    return tail
+
+
+def _thin_geometry(g, shape):
+    """The loops' geometry of splitting the last axis of a C-contiguous input of ``shape``
+    in the form's own layout, or None (an odd or empty last axis: the general path says
+    why)."""
+    n = shape[-1]
+    if n % 2 or n == 0:
+        return None
+    h = n // 2
+    rows = math.prod(shape[:-1])
+    if g.layout == "halves":
+        goff, uoff = (0, h) if g.gate_first else (h, 0)
+        return rows, h, goff, uoff, n, "s1", (*shape[:-1], h)
+    return 1, rows * h, 0, 0, 0, "s2" if g.gate_first else "s2r", (*shape[:-1], h)
+
+
+def _thin_out(out, shape, dt, ins):
+    """``out`` (or a new array) where the loops may write it, else None."""
+    if out is None:
+        return np.empty(shape, dt)
+    if (
+        type(out) is not np.ndarray
+        or out.dtype is not dt
+        or out.shape != shape
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        return None
+    # arrays that own their memory overlap only when they are the same object
+    if out.base is None and all(a.base is None and a is not out for a in ins):
+        return out
+    return None if any(np.may_share_memory(out, a) for a in ins) else out
+
+
+def _thin_operand(a, dt):
+    return type(a) is np.ndarray and a.dtype is dt and a.flags.c_contiguous and a.ndim > 0
+
+
+def thin_forward(g, x, out):
+    """``g(x, out=out)`` at the form's defaults (last axis, its layout, limit and
+    parameters) for a C-contiguous float32/float64 numpy ``x``: the fused loop with no
+    general preparation, or None for the general path (which gives every error). The
+    same loop and arguments as :func:`forward`, so the same bits."""
+    dt = x.dtype
+    if (dt is not F32 and dt is not F64) or not _thin_operand(x, dt):
+        return None
+    geo = _thin_geometry(g, x.shape)
+    tail = _thin_tail(g, dt)
+    if geo is None or tail is None:
+        return None
+    o = _thin_out(out, geo[6], dt, (x,))
+    if o is None:
+        return None
+    xf = x.reshape(-1)
+    _run_typed(
+        REGISTRY[g._spec_name], "glu_fwd_" + geo[5], dt, (xf, xf, o.reshape(-1)), geo[:5], tail
+    )
+    return o
+
+
+def thin_backward(g, x, go, out):
+    """``g.backward(x, go, out=out)`` at the form's defaults, as :func:`thin_forward`."""
+    dt = x.dtype
+    if (dt is not F32 and dt is not F64) or not _thin_operand(x, dt) or not _thin_operand(go, dt):
+        return None
+    geo = _thin_geometry(g, x.shape)
+    tail = _thin_tail(g, dt)
+    if geo is None or tail is None or go.shape != geo[6]:
+        return None
+    o = _thin_out(out, x.shape, dt, (x, go))
+    if o is None:
+        return None
+    xf, of = x.reshape(-1), o.reshape(-1)
+    flat = (xf, xf, go.reshape(-1), of, of)
+    _run_typed(REGISTRY[g._spec_name], "glu_bwd_" + geo[5], dt, flat, geo[:5], tail)
+    return o
