@@ -106,23 +106,15 @@ def targets() -> dict:
     those and each parameter's derivative; a gated form has a forward and a backward per
     layout, with gate and up in one operand or (elementwise layout) two."""
     from ._spec import REGISTRY
-    from .backends.cpu.gated_source import LAYOUTS
     from .backends.xla import cpu, gated
 
     out = {}
     for name, spec in REGISTRY.items():
         for cdt in cpu.DTYPES:
-            for form, kinds in (
-                ("attrs", ("fwd", "bwd")),
-                ("operands", ("fwd", "bwd", *(f"d_{p}" for p in spec.param_names))),
-            ):
-                for kind in kinds:
-                    out[_target_name(name, kind, cdt, form)] = ("act", name, kind, cdt, form)
-            for op in gated.OPS:
-                for lay in LAYOUTS:
-                    for nd in (1, 2) if lay == "s1" else (1,):
-                        t = _gated_target_name(name, op, lay, nd, cdt)
-                        out[t] = ("glu", name, op, lay, nd, cdt)
+            for kind, form in cpu.variants(spec):
+                out[_target_name(name, kind, cdt, form)] = ("act", name, kind, cdt, form)
+            for op, lay, nd in gated.variants():
+                out[_gated_target_name(name, op, lay, nd, cdt)] = ("glu", name, op, lay, nd, cdt)
     return out
 
 

@@ -116,6 +116,38 @@ def test_warmup_gated_compiles_what_the_gated_calls_run(tmp_path):
     assert json.loads(u.stdout.strip().splitlines()[-1]) == {"compiles": 0}
 
 
+JAX_USER = COUNT_COMPILES + textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp
+    import iglu_np.jax as ij
+    x = jnp.linspace(-3, 3, 4096, dtype=jnp.float32).reshape(2, -1)
+    f, g = ij.leaky_relu, ij.leaky_relu_glu
+    calls = [
+        (jax.jit(f), x),
+        (jax.jit(jax.grad(lambda v: f(v).sum())), x),
+        (jax.jit(jax.grad(lambda a: f(x, negative_slope=a).sum())), jnp.float32(0.1)),
+        (jax.jit(g), x),
+        (jax.jit(jax.grad(lambda v: g(v).sum())), x),
+        (jax.jit(lambda v: g(v, v)), x),
+    ]
+    for fn, arg in calls:
+        jax.block_until_ready(fn(arg))
+    print(json.dumps({"compiles": n[0]}))
+""")
+
+
+@pytest.mark.slow
+def test_warmup_jax_compiles_what_the_jax_calls_run(tmp_path):
+    env = _env(tmp_path / "c", tmp_path / "h")
+    r = _cli(env, "warmup", "leaky_relu", "--dtype", "float32", "--gated", "--jax")
+    assert r.returncode == 0, r.stderr[-3000:]
+    u = subprocess.run(
+        [sys.executable, "-c", JAX_USER], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert u.returncode == 0, u.stderr[-3000:]
+    assert json.loads(u.stdout.strip().splitlines()[-1]) == {"compiles": 0}
+
+
 def test_warmup_rejects_an_unknown_activation(tmp_path):
     r = _cli(_env(tmp_path / "c", tmp_path / "h"), "warmup", "igul")
     assert r.returncode == 2 and "did you mean 'iglu'" in r.stderr

@@ -5,7 +5,9 @@ numpy ufunc of every kernel kind (forward, ``dx``, ``backward``, each parameter'
 ``d_<p>`` and ``bwd_<p>``; float32 and float64 together), and for each ``--dtype`` the
 fast path's loops of the forward, ``dx`` and ``backward`` (single-thread and threaded)
 and the threaded and single-thread reductions of ``backward_params`` and
-``backward_all``; with ``--gated`` the gated forms' fused CPU loops too. Activations
+``backward_all``; with ``--gated`` the gated forms' fused CPU loops too, and with
+``--jax`` the XLA handlers that ``iglu_np.jax`` calls on the CPU (of the gated forms as
+well with ``--gated``; JAX itself is not needed to build them). Activations
 compile in parallel processes (``--jobs``), one progress
 line each (a bar with tqdm on a terminal).
 
@@ -18,6 +20,7 @@ Examples::
     iglu-np warmup                      every activation, float32 and float64
     iglu-np warmup iglu gelu --dtype float32
     iglu-np warmup silu iglu --gated    with swiglu's and iglu_glu's fused loops
+    iglu-np warmup gelu --jax           with the handlers of iglu_np.jax.gelu
     IGLU_NP_CACHE_DIR=/opt/iglu-cache iglu-np warmup --jobs 4
 """
 
@@ -55,14 +58,20 @@ def add_arguments(p):
         "single-thread and threaded)",
     )
     p.add_argument(
+        "--jax",
+        action="store_true",
+        help="also the XLA handlers of iglu_np.jax on the CPU (every pass and parameter "
+        "form; with --gated the gated forms' too)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print the seconds per activation and in all as JSON"
     )
 
 
-def warm(name: str, dtypes=DTYPES, gated: bool = False) -> dict:
+def warm(name: str, dtypes=DTYPES, gated: bool = False, jax: bool = False) -> dict:
     """Compile (or load) every kernel of activation ``name`` listed above (with ``gated``,
-    its gated loops too: :func:`iglu_np.backends.cpu.gated.ready`); returns ``{"seconds": ..., "cpu_seconds":
-    ...}`` spent in this process."""
+    its gated loops too: :func:`iglu_np.backends.cpu.gated.ready`; with ``jax``, its XLA
+    handlers); returns ``{"seconds": ..., "cpu_seconds": ...}`` spent in this process."""
     import numpy as np
 
     t, c = time.perf_counter(), time.process_time()
@@ -96,11 +105,19 @@ def warm(name: str, dtypes=DTYPES, gated: bool = False) -> dict:
             from ..backends.cpu import gated as cpu_gated
 
             cpu_gated.ready(name, dt)
+        if jax:
+            from ..backends.xla import cpu as xla_cpu
+            from ..backends.xla import gated as xla_gated
+
+            for kind, form in xla_cpu.variants(act.spec):
+                xla_cpu.handler(name, kind, dt, form)
+            for op, lay, nd in xla_gated.variants() if gated else ():
+                xla_gated.handler(name, op, lay, nd, dt)
     return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c}
 
 
-def _job(name, dtypes, gated=False):
-    return name, warm(name, dtypes, gated)
+def _job(name, dtypes, gated=False, jax=False):
+    return name, warm(name, dtypes, gated, jax)
 
 
 def _reporter(total: int):
@@ -163,7 +180,7 @@ def main(args) -> int:
     # spawn: a fresh interpreter per worker (safe whatever threads this process runs);
     # each worker finds the cache through the same environment
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        futs = [pool.submit(_job, n, tuple(args.dtype), args.gated) for n in names]
+        futs = [pool.submit(_job, n, tuple(args.dtype), args.gated, args.jax) for n in names]
         for f in as_completed(futs):
             name, r = f.result()
             res[name] = r

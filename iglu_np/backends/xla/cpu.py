@@ -333,6 +333,14 @@ def _module(spec):
     return once(_mods, spec.name, build)
 
 
+def variants(spec) -> tuple:
+    """Every ``(kind, params)`` handler of ``spec`` a JAX call may take: the attributes form
+    serves the forward and the backward, the operands form those and each parameter's
+    derivative."""
+    ops = tuple(("operands", k) for k in (*KINDS, *(f"d_{p}" for p in spec.param_names)))
+    return tuple((k, f) for f, k in (*(("attrs", k) for k in KINDS), *ops))
+
+
 def handler(name: str, kind: str, dtype, params: str = "attrs") -> int:
     """The address of the XLA FFI handler of kernel ``kind`` of activation ``name`` on
     ``dtype`` (float32 or float64) data, parameters as ``"attrs"`` (float64 scalars

@@ -28,7 +28,7 @@ from ..cpu.gated_source import LAYOUTS
 from . import cpu as xla_cpu
 from .cpu import DTYPES
 
-__all__ = ["OPS", "handler", "source"]
+__all__ = ["OPS", "handler", "source", "variants"]
 
 OPS = ("fwd", "bwd")
 KEY_FILES = (*cpu_gated.KEY_FILES, "backends/xla/gated.py", "backends/xla/_abi.py")
@@ -112,6 +112,14 @@ def _module(spec):
         return xla_cpu.generated("xla_gated", spec, KEY_FILES, source(spec), ns)
 
     return xla_cpu.once(_mods, spec.name, build)
+
+
+def variants() -> tuple:
+    """Every ``(op, layout, operands)`` handler of a gated form: a forward and a backward
+    per loop layout, with gate and up in one operand or (the elementwise layout) two."""
+    return tuple(
+        (op, lay, nd) for op in OPS for lay in LAYOUTS for nd in ((1, 2) if lay == "s1" else (1,))
+    )
 
 
 def handler(name: str, op: str, layout: str, operands: int, dtype) -> int:
