@@ -17,7 +17,9 @@ import threading
 
 import numpy as np
 
+from ... import _params
 from ..._dtypes import F32, F64, fused_dtype, typed
+from ..._gated import _DEFAULT
 from ..._spec import REGISTRY
 from . import tiers
 from .gated_source import source as _source
@@ -266,35 +268,70 @@ def _run_typed(spec, name, dt, arrays, geo, tail):
 
 
 # --------------------------------------------------------------------------- thin path
-_thin_args: dict = {}  # (form name, dtype char) -> the loops' typed (lim, shift, *params)
+# (form name, dtype char, limit, parameters) -> the loops' typed (lim, shift, *params):
+# the values of recent calls with number parameters (a bounded memo)
+_thin_args: dict = {}
+_THIN_MEMO = 256
 
 
-def _thin_tail(g, dt):
-    """The typed (limit, shift, parameters) of form ``g`` at its defaults for dtype ``dt``,
-    or None where the fused loops do not take them (float32 beyond its range)."""
-    key = (g.name, dt.char)
+def _thin_tail(g, dt, limit, params):
+    """The loops' typed (limit, shift, parameters) of form ``g`` for dtype ``dt``, or None
+    where the fused loops do not take them (an array parameter, float32 beyond its
+    range). Invalid values raise the general path's errors (and are not remembered)."""
+    try:
+        key = (g.name, dt.char, _memo_key(limit), *((k, _memo_key(v)) for k, v in params.items()))
+    except TypeError:  # not a plain number: computed (and validated) each call
+        return _thin_tail_of(g, dt, limit, params)
     tail = _thin_args.get(key, False)
     if tail is False:
-        vals = g._p.defaults
-        vals = tuple(g._fixed.get(n, v) for n, v in zip(g._p.param_names, vals))
-        ok = fused_dtype([dt], vals) == dt
-        tail = _thin_args[key] = typed(dt, g._limit(g.limit), g.shift, *vals) if ok else None
+        tail = _thin_tail_of(g, dt, limit, params)
+        if len(_thin_args) >= _THIN_MEMO:
+            _thin_args.clear()
+        _thin_args[key] = tail
     return tail
 
 
-def _thin_geometry(g, shape):
-    """The loops' geometry of splitting the last axis of a C-contiguous input of ``shape``
-    in the form's own layout, or None (an odd or empty last axis: the general path says
-    why)."""
+def _memo_key(v):
+    """A key that tells apart what validation tells apart (True from 1, -0.0 from 0.0);
+    TypeError for anything but a Python number, None or the form's default limit."""
+    t = type(v)
+    if t is float:
+        return t, v, math.copysign(1.0, v)
+    if t is int or v is None or v is _DEFAULT:
+        return t, v
+    raise TypeError
+
+
+def _thin_tail_of(g, dt, limit, params):
+    q = g._params(params)
+    lim = g._limit(limit)  # validated in the general path's order
+    if "backend" in q:
+        return None
+    vals = _params.values(g._p, q)
+    if fused_dtype([dt], vals) != dt:
+        return None
+    return typed(dt, lim, g.shift, *vals)
+
+
+def _thin_geometry(g, shape, axis, layout):
+    """The loops' geometry of splitting a C-contiguous input of ``shape`` along its last
+    axis (``axis`` -1 or ndim - 1) in ``layout`` (None: the form's), or None for anything
+    else (an odd or empty axis: the general path says why)."""
+    nd = len(shape)
+    if type(axis) is not int or (axis != -1 and axis != nd - 1):
+        return None
+    layout = g.layout if layout is None else layout
     n = shape[-1]
     if n % 2 or n == 0:
         return None
     h = n // 2
     rows = math.prod(shape[:-1])
-    if g.layout == "halves":
+    if layout == "halves":
         goff, uoff = (0, h) if g.gate_first else (h, 0)
         return rows, h, goff, uoff, n, "s1", (*shape[:-1], h)
-    return 1, rows * h, 0, 0, 0, "s2" if g.gate_first else "s2r", (*shape[:-1], h)
+    if layout == "interleaved":
+        return 1, rows * h, 0, 0, 0, "s2" if g.gate_first else "s2r", (*shape[:-1], h)
+    return None
 
 
 def _thin_out(out, shape, dt, ins):
@@ -319,36 +356,40 @@ def _thin_operand(a, dt):
     return type(a) is np.ndarray and a.dtype is dt and a.flags.c_contiguous and a.ndim > 0
 
 
-def thin_forward(g, x, out):
-    """``g(x, out=out)`` at the form's defaults (last axis, its layout, limit and
-    parameters) for a C-contiguous float32/float64 numpy ``x``: the fused loop with no
-    general preparation, or None for the general path (which gives every error). The
-    same loop and arguments as :func:`forward`, so the same bits."""
+def thin_forward(g, x, out, axis, layout, limit, params):
+    """``g(x, out=out, axis=axis, layout=layout, limit=limit, **params)`` for a
+    C-contiguous float32/float64 numpy ``x`` split along its last axis with scalar
+    parameters: the fused loop without the general preparation, or None for the general
+    path (which takes every other call). The same loop and arguments as :func:`forward`,
+    so the same bits."""
     dt = x.dtype
     if (dt is not F32 and dt is not F64) or not _thin_operand(x, dt):
         return None
-    geo = _thin_geometry(g, x.shape)
-    tail = _thin_tail(g, dt)
-    if geo is None or tail is None:
+    geo = _thin_geometry(g, x.shape, axis, layout)
+    if geo is None:
+        return None
+    tail = _thin_tail(g, dt, limit, params)
+    if tail is None:
         return None
     o = _thin_out(out, geo[6], dt, (x,))
     if o is None:
         return None
     xf = x.reshape(-1)
-    _run_typed(
-        REGISTRY[g._spec_name], "glu_fwd_" + geo[5], dt, (xf, xf, o.reshape(-1)), geo[:5], tail
-    )
+    spec = REGISTRY[g._spec_name]
+    _run_typed(spec, "glu_fwd_" + geo[5], dt, (xf, xf, o.reshape(-1)), geo[:5], tail)
     return o
 
 
-def thin_backward(g, x, go, out):
-    """``g.backward(x, go, out=out)`` at the form's defaults, as :func:`thin_forward`."""
+def thin_backward(g, x, go, out, axis, layout, limit, params):
+    """``g.backward(x, go, out=out, ...)`` as :func:`thin_forward`."""
     dt = x.dtype
     if (dt is not F32 and dt is not F64) or not _thin_operand(x, dt) or not _thin_operand(go, dt):
         return None
-    geo = _thin_geometry(g, x.shape)
-    tail = _thin_tail(g, dt)
-    if geo is None or tail is None or go.shape != geo[6]:
+    geo = _thin_geometry(g, x.shape, axis, layout)
+    if geo is None or go.shape != geo[6]:
+        return None
+    tail = _thin_tail(g, dt, limit, params)
+    if tail is None:
         return None
     o = _thin_out(out, x.shape, dt, (x, go))
     if o is None:
