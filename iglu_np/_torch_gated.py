@@ -19,7 +19,7 @@ import torch
 
 from . import _params, _torch_eager
 from ._api import all_gated, gated_forms, get_gated
-from ._gated import _DEFAULT, bridge
+from ._gated import _DEFAULT, _cpu_gated, bridge
 
 __all__ = ["Gated", "build"]
 
@@ -49,12 +49,36 @@ def _widen(a):
 _OP = "(Tensor x, Tensor? up, str form, int axis, str layout, float limit, str rounding, float[] params)"
 
 
+_THIN = (torch.float32, torch.float64)
+
+
 def _call(form, x, up, axis, layout, limit, rounding, params, grad=None):
     g = get_gated(form)
-    kw = dict(axis=axis, layout=layout, limit=None if math.isinf(limit) else limit)
-    kw.update(zip(g._p.param_names, params), rounding=rounding)
+    lim = None if math.isinf(limit) else limit
+    q = dict(zip(g._p.param_names, params))
     x = x.detach()
     up = up.detach() if up is not None else None
+    if (
+        up is None
+        and rounding == "once"
+        and x.dtype in _THIN
+        and x.device.type == "cpu"
+        and x.is_contiguous()
+        and not x.is_neg()
+        and (grad is None or (grad.dtype == x.dtype and grad.is_contiguous()))
+    ):
+        # the tensors' memory as numpy arrays, straight to the fused loop (CPU tensors
+        # that are not views of other types: the cases the host-array conversion would
+        # take without a copy)
+        cg = _cpu_gated()
+        xn = x.numpy()
+        if grad is None:
+            r = cg.thin_forward(g, xn, None, axis, layout, lim, q)
+        else:
+            r = cg.thin_backward(g, xn, grad.detach().numpy(), None, axis, layout, lim, q)
+        if r is not None:
+            return torch.from_numpy(r)
+    kw = dict(axis=axis, layout=layout, limit=lim, rounding=rounding, **q)
     with torch.no_grad():
         if grad is None:
             return g(x, up, **kw)
