@@ -188,7 +188,8 @@ class Gated:
         **params,
     ):
         if type(x) is np.ndarray and up is None and rounding == "once":
-            r = _cpu_gated().thin_forward(self, x, out, axis, layout, limit, params)
+            lim = self.limit if limit is _DEFAULT else limit
+            r = _cpu_gated().thin_forward(self, x, out, axis, layout, lim, params)
             if r is not None:
                 return r
         return _host(self, "fwd", x, up, None, axis, layout, limit, rounding, out, params)
@@ -210,7 +211,8 @@ class Gated:
         """The gradient of ``sum(grad_out * self(x, up))``: shaped like ``x`` with
         ``up=None``, else the pair ``(d_gate, d_up)`` shaped like ``x`` and ``up``."""
         if type(x) is np.ndarray and up is None and rounding == "once":
-            r = _cpu_gated().thin_backward(self, x, grad_out, out, axis, layout, limit, params)
+            lim = self.limit if limit is _DEFAULT else limit
+            r = _cpu_gated().thin_backward(self, x, grad_out, out, axis, layout, lim, params)
             if r is not None:
                 return r
         return _host(self, "bwd", x, up, grad_out, axis, layout, limit, rounding, out, params)

@@ -29,3 +29,16 @@ def assert_same_bits(got, want, err_msg=""):
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(bits(got), bits(want), err_msg=err_msg)
+
+
+def full_range(dtype, lin=800.0, n_mags=4000, n_lin=4001):
+    """Inputs over the whole float range of ``dtype``: +-magnitudes from the smallest
+    subnormal to the maximum, a linear grid on [-lin, lin], +-0, +-inf and NaN."""
+    fi = np.finfo(dtype)
+    mags = np.append(
+        np.geomspace(float(fi.smallest_subnormal), float(fi.max) / 2, n_mags), float(fi.max)
+    )
+    x = np.concatenate(
+        [mags, -mags, np.linspace(-lin, lin, n_lin), [0.0, -0.0, np.inf, -np.inf, np.nan]]
+    )
+    return x.astype(dtype)

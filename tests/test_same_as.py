@@ -8,7 +8,7 @@ import pytest
 import iglu_np
 from iglu_np._spec import REGISTRY, Param, define, kernel
 
-from .bitwise import assert_same_bits
+from .bitwise import assert_same_bits, full_range
 
 PAIRS = [n for n, s in sorted(REGISTRY.items()) if s.same_as]
 DT = [np.float32, np.float64]
@@ -16,14 +16,7 @@ IDS = ["f32", "f64"]
 
 
 def _grid(dtype):
-    fi = np.finfo(dtype)
-    mags = np.append(
-        np.geomspace(float(fi.smallest_subnormal), float(fi.max) / 2, 3000), float(fi.max)
-    )
-    x = np.concatenate(
-        [mags, -mags, np.linspace(-100, 100, 20001), [0.0, -0.0, np.inf, -np.inf, np.nan]]
-    )
-    return x.astype(dtype)
+    return full_range(dtype, lin=100.0, n_mags=3000, n_lin=20001)
 
 
 def test_the_declared_pairs():

@@ -8,20 +8,14 @@ import pytest
 import iglu_np
 
 from . import accuracy as acc
+from .bitwise import full_range
 
 DT = [np.float32, np.float64]
 IDS = ["f32", "f64"]
 
 
 def _grid(dtype):
-    fi = np.finfo(dtype)
-    mags = np.append(
-        np.geomspace(float(fi.smallest_subnormal), float(fi.max) / 2, 4000), float(fi.max)
-    )
-    x = np.concatenate(
-        [mags, -mags, np.linspace(-800, 800, 4001), [0.0, -0.0, np.inf, -np.inf, np.nan]]
-    )
-    return x.astype(dtype)
+    return full_range(dtype)
 
 
 @pytest.mark.parametrize("dtype", DT, ids=IDS)

@@ -19,7 +19,6 @@ import numpy as np
 
 from ... import _params
 from ..._dtypes import F32, F64, fused_dtype, typed
-from ..._gated import _DEFAULT
 from ..._spec import REGISTRY
 from . import tiers
 from .gated_source import source as _source
@@ -293,11 +292,11 @@ def _thin_tail(g, dt, limit, params):
 
 def _memo_key(v):
     """A key that tells apart what validation tells apart (True from 1, -0.0 from 0.0);
-    TypeError for anything but a Python number, None or the form's default limit."""
+    TypeError for anything but a Python number or None."""
     t = type(v)
     if t is float:
         return t, v, math.copysign(1.0, v)
-    if t is int or v is None or v is _DEFAULT:
+    if t is int or v is None:
         return t, v
     raise TypeError
 
@@ -357,7 +356,8 @@ def _thin_operand(a, dt):
 
 
 def thin_forward(g, x, out, axis, layout, limit, params):
-    """``g(x, out=out, axis=axis, layout=layout, limit=limit, **params)`` for a
+    """``g(x, out=out, axis=axis, layout=layout, limit=limit, **params)`` (``limit``
+    resolved: a number, or None for none; not the form's default marker) for a
     C-contiguous float32/float64 numpy ``x`` split along its last axis with scalar
     parameters: the fused loop without the general preparation, or None for the general
     path (which takes every other call). The same loop and arguments as :func:`forward`,
