@@ -146,10 +146,12 @@ def _free(out, shape, dt, inputs):
         or out.shape != tuple(shape)
         or not out.flags.c_contiguous
         or not out.flags.writeable
-        or any(np.may_share_memory(out, a) for a in inputs)
     ):
         return None
-    return out
+    # arrays that own their memory overlap only when they are the same object
+    if out.base is None and all(a.base is None and a is not out for a in inputs):
+        return out
+    return None if any(np.may_share_memory(out, a) for a in inputs) else out
 
 
 def forward(act_name, x, up, axis, layout, gate_first, lim, shift, vals, out):
@@ -313,42 +315,16 @@ def _thin_tail_of(g, dt, limit, params):
 
 
 def _thin_geometry(g, shape, axis, layout):
-    """The loops' geometry of splitting a C-contiguous input of ``shape`` along its last
-    axis (``axis`` -1 or ndim - 1) in ``layout`` (None: the form's), or None for anything
-    else (an odd or empty axis: the general path says why)."""
+    """:func:`geometry` of splitting a C-contiguous input of ``shape`` along its last axis
+    (``axis`` -1 or ndim - 1) in ``layout`` (None: the form's), or None for anything else
+    (an odd or empty axis, an unknown layout: the general path says why)."""
     nd = len(shape)
     if type(axis) is not int or (axis != -1 and axis != nd - 1):
         return None
     layout = g.layout if layout is None else layout
-    n = shape[-1]
-    if n % 2 or n == 0:
+    if shape[-1] % 2 or shape[-1] == 0 or layout not in ("halves", "interleaved"):
         return None
-    h = n // 2
-    rows = math.prod(shape[:-1])
-    if layout == "halves":
-        goff, uoff = (0, h) if g.gate_first else (h, 0)
-        return rows, h, goff, uoff, n, "s1", (*shape[:-1], h)
-    if layout == "interleaved":
-        return 1, rows * h, 0, 0, 0, "s2" if g.gate_first else "s2r", (*shape[:-1], h)
-    return None
-
-
-def _thin_out(out, shape, dt, ins):
-    """``out`` (or a new array) where the loops may write it, else None."""
-    if out is None:
-        return np.empty(shape, dt)
-    if (
-        type(out) is not np.ndarray
-        or out.dtype is not dt
-        or out.shape != shape
-        or not out.flags.c_contiguous
-        or not out.flags.writeable
-    ):
-        return None
-    # arrays that own their memory overlap only when they are the same object
-    if out.base is None and all(a.base is None and a is not out for a in ins):
-        return out
-    return None if any(np.may_share_memory(out, a) for a in ins) else out
+    return geometry(shape, nd - 1, layout, g.gate_first)
 
 
 def _thin_operand(a, dt):
@@ -371,7 +347,7 @@ def thin_forward(g, x, out, axis, layout, limit, params):
     tail = _thin_tail(g, dt, limit, params)
     if tail is None:
         return None
-    o = _thin_out(out, geo[6], dt, (x,))
+    o = _free(out, geo[6], dt, (x,))
     if o is None:
         return None
     xf = x.reshape(-1)
@@ -391,7 +367,7 @@ def thin_backward(g, x, go, out, axis, layout, limit, params):
     tail = _thin_tail(g, dt, limit, params)
     if tail is None:
         return None
-    o = _thin_out(out, x.shape, dt, (x, go))
+    o = _free(out, x.shape, dt, (x, go))
     if o is None:
         return None
     xf, of = x.reshape(-1), o.reshape(-1)
