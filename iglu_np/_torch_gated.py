@@ -63,19 +63,17 @@ def _call(form, x, up, axis, layout, limit, rounding, params, grad=None):
         and rounding == "once"
         and x.dtype in _THIN
         and x.device.type == "cpu"
-        and x.is_contiguous()
         and not x.is_neg()
-        and (grad is None or (grad.dtype == x.dtype and grad.is_contiguous()))
+        and (grad is None or (grad.dtype == x.dtype and not grad.is_neg()))
     ):
-        # the tensors' memory as numpy arrays, straight to the fused loop (CPU tensors
-        # that are not views of other types: the cases the host-array conversion would
-        # take without a copy)
+        # the tensors' memory as numpy arrays (dtypes and views that .numpy() takes as
+        # they are), straight to the fused loop where the thin path takes them
         cg = _cpu_gated()
         xn = x.numpy()
         if grad is None:
             r = cg.thin_forward(g, xn, None, axis, layout, lim, q)
         else:
-            r = cg.thin_backward(g, xn, grad.detach().numpy(), None, axis, layout, lim, q)
+            r = cg.thin_backward(g, xn, grad.numpy(), None, axis, layout, lim, q)
         if r is not None:
             return torch.from_numpy(r)
     kw = dict(axis=axis, layout=layout, limit=lim, rounding=rounding, **q)
