@@ -337,8 +337,8 @@ def variants(spec) -> tuple:
     """Every ``(kind, params)`` handler of ``spec`` a JAX call may take: the attributes form
     serves the forward and the backward, the operands form those and each parameter's
     derivative."""
-    ops = tuple(("operands", k) for k in (*KINDS, *(f"d_{p}" for p in spec.param_names)))
-    return tuple((k, f) for f, k in (*(("attrs", k) for k in KINDS), *ops))
+    attrs = tuple((k, "attrs") for k in KINDS)
+    return attrs + tuple((k, "operands") for k in (*KINDS, *(f"d_{p}" for p in spec.param_names)))
 
 
 def handler(name: str, kind: str, dtype, params: str = "attrs") -> int:

@@ -26,7 +26,7 @@ from ..._spec import REGISTRY
 from ..cpu import gated as cpu_gated
 from ..cpu.gated_source import LAYOUTS
 from . import cpu as xla_cpu
-from .cpu import DTYPES
+from .cpu import _DATA, DTYPES  # _DATA: the first operand word of the shared descriptor
 
 __all__ = ["OPS", "handler", "source", "variants"]
 
@@ -34,7 +34,6 @@ OPS = ("fwd", "bwd")
 KEY_FILES = (*cpu_gated.KEY_FILES, "backends/xla/gated.py", "backends/xla/_abi.py")
 GEOMETRY = 5  # rows, columns, gate offset, up offset, row stride
 
-_REFS, _NEXT, _DONE, _NCHUNK, _N, _CHUNK, _DATA = range(7)
 _mods: dict = {}
 _handlers: dict = {}
 
