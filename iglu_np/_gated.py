@@ -53,7 +53,8 @@ _CPU_GATED = None
 
 def _cpu_gated():
     """The CPU gated loops' module (:mod:`.backends.cpu.gated`: its thin path takes a
-    numpy input at the form's defaults without the general preparation)."""
+    numpy input split along its last axis, with number parameters, without the general
+    preparation)."""
     global _CPU_GATED
     if _CPU_GATED is None:
         from .backends.cpu import gated
